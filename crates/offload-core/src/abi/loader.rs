@@ -1,0 +1,462 @@
+//! Runtime side of the ABI: opens a plugin library, checks its table, and wraps it in types
+//! that implement [`GenericPlugin`] and [`GenericDevice`].
+//!
+//! Libraries are never unloaded: a `dlclose` of a Rust library with live thread-local
+//! destructors is a known crash, and plugin tables hand out static pointers.
+
+use super::{
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiKernelArg, AbiLaunchDims,
+    AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE,
+};
+use crate::error::{Error, Result};
+use crate::traits::{GenericDevice, GenericPlugin};
+use crate::types::{
+    DeviceInfo, DeviceLimits, DevicePtr, GlobalSymbol, KernelArg, KernelHandle, LaunchDims,
+    MemoryKind, ProgramHandle, QueueHandle,
+};
+use std::ffi::{CStr, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+/// A plugin library loaded through the ABI, usable as `dyn GenericPlugin`.
+#[derive(Debug)]
+pub struct LoadedPlugin {
+    this: Weak<LoadedPlugin>,
+    table: &'static PluginTable,
+    path: PathBuf,
+    name: String,
+    triple: String,
+    build_id: String,
+    abi_version: (u16, u16),
+}
+
+/// Reads a static C string from a plugin header.
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string that lives forever.
+unsafe fn header_str(p: *const std::ffi::c_char, field: &str, path: &Path) -> Result<String> {
+    if p.is_null() {
+        return Err(Error::AbiMismatch(format!(
+            "{}: header field '{field}' is a null pointer",
+            path.display()
+        )));
+    }
+    // SAFETY: non-null, NUL-terminated and static per the ABI contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(str::to_owned).map_err(|_| {
+        Error::AbiMismatch(format!(
+            "{}: header field '{field}' is not valid UTF-8",
+            path.display()
+        ))
+    })
+}
+
+/// Checks a table returned by a plugin's entry symbol: magic, then major version, then table
+/// size, in that order, touching nothing beyond what has been checked.
+///
+/// # Safety
+/// `table` must be null or point to readable memory of at least `size_of::<AbiHeader>()`
+/// bytes, and — once the header checks out — of `table_size` bytes, all living forever.
+pub unsafe fn check_table(table: *const PluginTable, path: &Path) -> Result<&'static PluginTable> {
+    let shown = path.display();
+    if table.is_null() {
+        return Err(Error::PluginLoad(format!(
+            "{shown}: entry point '{ENTRY_SYMBOL}' returned null (its constructor panicked or failed)"
+        )));
+    }
+    // SAFETY: non-null; the magic is the first 8 bytes of every table.
+    let magic = unsafe { std::ptr::addr_of!((*table).header.magic).read_unaligned() };
+    if magic != ABI_MAGIC {
+        return Err(Error::AbiMismatch(format!(
+            "{shown}: table magic is {magic:#018x}, expected {ABI_MAGIC:#018x} ('OFFLDPLG'): \
+             not an offload plugin, or a corrupt one"
+        )));
+    }
+    // SAFETY: the magic matched, so the header (fixed across all versions) is present.
+    let header = unsafe { &(*table).header };
+    if header.abi_major != ABI_MAJOR {
+        return Err(Error::AbiMismatch(format!(
+            "{shown}: plugin speaks ABI {}.{}, this runtime speaks {ABI_MAJOR}.{ABI_MINOR}; \
+             rebuild the plugin against this runtime's offload-core",
+            header.abi_major, header.abi_minor
+        )));
+    }
+    let need = std::mem::size_of::<PluginTable>();
+    if (header.table_size as usize) < need {
+        return Err(Error::AbiMismatch(format!(
+            "{shown}: plugin table is {} bytes, this runtime (ABI {ABI_MAJOR}.{ABI_MINOR}) needs at \
+             least {need}; the table is short (plugin built for an older ABI minor version?)",
+            header.table_size
+        )));
+    }
+    // SAFETY: header checks passed: the table is at least as large as ours and static.
+    Ok(unsafe { &*table })
+}
+
+impl LoadedPlugin {
+    /// Opens a plugin library, calls its entry point and checks the table.
+    pub fn open(path: &Path) -> Result<Arc<LoadedPlugin>> {
+        let shown = path.display();
+        // SAFETY: loading a library runs its initialisers; plugin libraries are trusted code
+        // found in the plugin directories the user configured.
+        let lib = unsafe { libloading::Library::new(path) }
+            .map_err(|e| Error::PluginLoad(format!("{shown}: cannot open library: {e}")))?;
+        // Never unloaded (see the module docs).
+        let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+        // SAFETY: the entry symbol has the `EntryFn` type by the ABI contract.
+        let entry: libloading::Symbol<'static, EntryFn> =
+            unsafe { lib.get(ENTRY_SYMBOL.as_bytes()) }.map_err(|e| {
+                Error::PluginLoad(format!("{shown}: no entry symbol '{ENTRY_SYMBOL}': {e}"))
+            })?;
+        // SAFETY: calling the entry point is the ABI contract; it catches its own panics.
+        let raw = unsafe { entry() };
+        Self::from_table(raw, path)
+    }
+
+    /// Wraps an already obtained table (checked here). Used by [`LoadedPlugin::open`] and by
+    /// tests that build tables in process.
+    ///
+    /// # Safety
+    /// As [`check_table`].
+    pub unsafe fn from_raw(table: *const PluginTable, path: &Path) -> Result<Arc<LoadedPlugin>> {
+        Self::from_table(table, path)
+    }
+
+    fn from_table(raw: *const PluginTable, path: &Path) -> Result<Arc<LoadedPlugin>> {
+        // SAFETY: `raw` comes from a plugin entry point (or a test), which is the contract of
+        // `check_table`.
+        let table = unsafe { check_table(raw, path) }?;
+        let h = &table.header;
+        // SAFETY: the header checked out; its strings are static per the contract.
+        let (name, triple, build_id) = unsafe {
+            (
+                header_str(h.name, "name", path)?,
+                header_str(h.target_triple, "target_triple", path)?,
+                header_str(h.build_id, "build_id", path)?,
+            )
+        };
+        Ok(Arc::new_cyclic(|this| LoadedPlugin {
+            this: this.clone(),
+            table,
+            path: path.to_path_buf(),
+            name,
+            triple,
+            build_id,
+            abi_version: (h.abi_major, h.abi_minor),
+        }))
+    }
+
+    /// Library path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The plugin's build identification string.
+    pub fn build_id(&self) -> &str {
+        &self.build_id
+    }
+
+    /// ABI version (major, minor) the plugin was built with.
+    pub fn abi_version(&self) -> (u16, u16) {
+        self.abi_version
+    }
+
+    fn call(&self, what: &str, f: impl FnOnce(*const AbiErrorOut) -> i32) -> Result<()> {
+        let mut slot: Option<Error> = None;
+        let sink = AbiErrorOut {
+            ctx: &mut slot as *mut Option<Error> as *mut c_void,
+            set: collect_error,
+        };
+        let status = f(&sink);
+        if status == 0 {
+            return Ok(());
+        }
+        let e = slot.unwrap_or_else(|| {
+            Error::PluginPanic(format!("plugin '{}': {what} failed with status {status} but reported no error", self.name))
+        });
+        Err(e)
+    }
+}
+
+unsafe extern "C" fn collect_error(ctx: *mut c_void, kind: u32, code: i64, msg: *const u8, len: usize) {
+    // SAFETY: `ctx` is the `Option<Error>` set up in `LoadedPlugin::call`, alive for the
+    // duration of the plugin call; `msg` is valid for `len` bytes per the ABI contract.
+    unsafe {
+        let slot = &mut *(ctx as *mut Option<Error>);
+        let text = if msg.is_null() {
+            String::new()
+        } else {
+            String::from_utf8_lossy(std::slice::from_raw_parts(msg, len)).into_owned()
+        };
+        *slot = Some(Error::from_parts(kind, code, text));
+    }
+}
+
+unsafe extern "C" fn collect_string(ctx: *mut c_void, bytes: *const u8, len: usize) {
+    if bytes.is_null() || len == 0 {
+        return;
+    }
+    // SAFETY: `ctx` is a live `String` owned by the caller of the plugin; `bytes` is valid
+    // for `len` bytes per the ABI contract.
+    unsafe {
+        let s = &mut *(ctx as *mut String);
+        s.push_str(&String::from_utf8_lossy(std::slice::from_raw_parts(bytes, len)));
+    }
+}
+
+fn string_sink(s: &mut String) -> AbiStringOut {
+    AbiStringOut {
+        ctx: s as *mut String as *mut c_void,
+        write: collect_string,
+    }
+}
+
+fn queue_bits(q: Option<QueueHandle>) -> u64 {
+    q.map_or(SYNC_QUEUE, |q| q.0)
+}
+
+impl GenericPlugin for LoadedPlugin {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn elf_machine(&self) -> u16 {
+        self.table.header.elf_machine
+    }
+
+    fn target_triple(&self) -> &str {
+        &self.triple
+    }
+
+    fn init(&self) -> Result<usize> {
+        let mut count = 0u32;
+        let t = self.table;
+        // SAFETY: the table was checked; pointers passed are live locals.
+        self.call("init", |err| unsafe { (t.init)(t.ctx, &mut count, err) })?;
+        Ok(count as usize)
+    }
+
+    fn check_image(&self, image: &[u8]) -> Result<()> {
+        let t = self.table;
+        // SAFETY: checked table; `image` is a live slice.
+        self.call("check_image", |err| unsafe {
+            (t.check_image)(t.ctx, image.as_ptr(), image.len(), err)
+        })
+    }
+
+    fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {
+        let dev = u32::try_from(index)
+            .map_err(|_| Error::NotFound(format!("device {index} of plugin '{}'", self.name)))?;
+        let plugin = self
+            .this
+            .upgrade()
+            .ok_or_else(|| Error::NotFound(format!("plugin '{}' was dropped", self.name)))?;
+        // Ask the plugin once so that an out-of-range index fails here, not at first use.
+        let device = LoadedDevice { plugin, dev };
+        device.info()?;
+        Ok(Arc::new(device))
+    }
+}
+
+/// A device of a [`LoadedPlugin`].
+#[derive(Debug)]
+pub struct LoadedDevice {
+    plugin: Arc<LoadedPlugin>,
+    dev: u32,
+}
+
+impl LoadedDevice {
+    fn call(&self, what: &str, f: impl FnOnce(&'static PluginTable, *const AbiErrorOut) -> i32) -> Result<()> {
+        let t = self.plugin.table;
+        self.plugin.call(what, |err| f(t, err))
+    }
+}
+
+impl GenericDevice for LoadedDevice {
+    fn index(&self) -> usize {
+        self.dev as usize
+    }
+
+    fn info(&self) -> Result<DeviceInfo> {
+        let mut raw = AbiDeviceInfo::default();
+        let (mut name, mut cu, mut features) = (String::new(), String::new(), String::new());
+        let (sn, sc, sf) = (string_sink(&mut name), string_sink(&mut cu), string_sink(&mut features));
+        // SAFETY: checked table; all out-pointers are live locals.
+        self.call("device_info", |t, err| unsafe {
+            (t.device_info)(t.ctx, self.dev, &mut raw, &sn, &sc, &sf, err)
+        })?;
+        Ok(DeviceInfo {
+            name,
+            compute_unit_kind: cu,
+            target_features: features,
+            total_memory: raw.total_memory,
+            compute_units: raw.compute_units,
+            limits: DeviceLimits {
+                max_grid: raw.max_grid,
+                max_block: raw.max_block,
+                max_threads_per_block: raw.max_threads_per_block,
+                warp_size: raw.warp_size,
+            },
+        })
+    }
+
+    fn check_image(&self, image: &[u8]) -> Result<()> {
+        // SAFETY: checked table; live slice.
+        self.call("device_check_image", |t, err| unsafe {
+            (t.device_check_image)(t.ctx, self.dev, image.as_ptr(), image.len(), err)
+        })
+    }
+
+    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
+        let mut out = 0u64;
+        // SAFETY: checked table; live slice and out-pointer.
+        self.call("load_image", |t, err| unsafe {
+            (t.load_image)(t.ctx, self.dev, image.as_ptr(), image.len(), &mut out, err)
+        })?;
+        Ok(ProgramHandle(out))
+    }
+
+    fn unload_image(&self, program: ProgramHandle) -> Result<()> {
+        // SAFETY: checked table.
+        self.call("unload_image", |t, err| unsafe {
+            (t.unload_image)(t.ctx, self.dev, program.0, err)
+        })
+    }
+
+    fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
+        let mut out = 0u64;
+        // SAFETY: checked table; live name and out-pointer.
+        self.call("get_kernel", |t, err| unsafe {
+            (t.get_kernel)(t.ctx, self.dev, program.0, name.as_ptr(), name.len(), &mut out, err)
+        })?;
+        Ok(KernelHandle(out))
+    }
+
+    fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
+        let (mut ptr, mut size) = (0u64, 0u64);
+        // SAFETY: checked table; live name and out-pointers.
+        self.call("get_global", |t, err| unsafe {
+            (t.get_global)(t.ctx, self.dev, program.0, name.as_ptr(), name.len(), &mut ptr, &mut size, err)
+        })?;
+        Ok(GlobalSymbol {
+            ptr: DevicePtr(ptr),
+            size,
+        })
+    }
+
+    fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
+        let mut out = 0u64;
+        // SAFETY: checked table; live out-pointer.
+        self.call("alloc", |t, err| unsafe {
+            (t.alloc)(t.ctx, self.dev, size, kind.to_u32(), &mut out, err)
+        })?;
+        Ok(DevicePtr(out))
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        // SAFETY: checked table.
+        self.call("free", |t, err| unsafe { (t.free)(t.ctx, self.dev, ptr.0, err) })
+    }
+
+    unsafe fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        // SAFETY: checked table; the caller guarantees `src` per this method's contract.
+        self.call("copy_to_device", |t, err| unsafe {
+            (t.copy_to_device)(t.ctx, self.dev, dst.0, src, len, queue_bits(queue), err)
+        })
+    }
+
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        // SAFETY: checked table; the caller guarantees `dst` per this method's contract.
+        self.call("copy_from_device", |t, err| unsafe {
+            (t.copy_from_device)(t.ctx, self.dev, dst, src.0, len, queue_bits(queue), err)
+        })
+    }
+
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        // SAFETY: checked table.
+        self.call("copy_device_to_device", |t, err| unsafe {
+            (t.copy_device_to_device)(t.ctx, self.dev, dst.0, src.0, len, queue_bits(queue), err)
+        })
+    }
+
+    fn launch(
+        &self,
+        kernel: KernelHandle,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        let raw_dims = AbiLaunchDims {
+            grid: dims.grid,
+            block: dims.block,
+            shared_mem_bytes: dims.shared_mem_bytes,
+            reserved: 0,
+        };
+        let raw_args: Vec<AbiKernelArg> = args
+            .iter()
+            .map(|a| {
+                let (kind, bits) = a.to_bits();
+                AbiKernelArg {
+                    kind,
+                    reserved: 0,
+                    bits,
+                }
+            })
+            .collect();
+        // SAFETY: checked table; dims and args are live for the call (the plugin copies them
+        // before enqueueing).
+        self.call("launch", |t, err| unsafe {
+            (t.launch)(
+                t.ctx,
+                self.dev,
+                kernel.0,
+                &raw_dims,
+                raw_args.as_ptr(),
+                raw_args.len(),
+                queue_bits(queue),
+                err,
+            )
+        })
+    }
+
+    fn queue_create(&self) -> Result<QueueHandle> {
+        let mut out = 0u64;
+        // SAFETY: checked table; live out-pointer.
+        self.call("queue_create", |t, err| unsafe {
+            (t.queue_create)(t.ctx, self.dev, &mut out, err)
+        })?;
+        Ok(QueueHandle(out))
+    }
+
+    fn queue_synchronize(&self, queue: QueueHandle) -> Result<()> {
+        // SAFETY: checked table.
+        self.call("queue_synchronize", |t, err| unsafe {
+            (t.queue_synchronize)(t.ctx, self.dev, queue.0, err)
+        })
+    }
+
+    fn queue_destroy(&self, queue: QueueHandle) -> Result<()> {
+        // SAFETY: checked table.
+        self.call("queue_destroy", |t, err| unsafe {
+            (t.queue_destroy)(t.ctx, self.dev, queue.0, err)
+        })
+    }
+}

@@ -1,0 +1,32 @@
+//! # offload-core
+//!
+//! The vocabulary every part of the offload runtime shares:
+//!
+//! - [`GenericPlugin`] / [`GenericDevice`]: what a backend implements and what the runtime
+//!   calls. Backends are `cdylib`s loaded at run time; [`abi`] carries the traits across the
+//!   library boundary as a versioned C table, so neither side writes FFI by hand.
+//! - [`Error`]: one error type whose variants callers match on. Caller bugs
+//!   ([`Error::InvalidArgument`], [`Error::NotFound`], [`Error::InvalidImage`]) are kept apart
+//!   from runtime failures ([`Error::OutOfMemory`], [`Error::Driver`], ...).
+//! - [`image`]: classification of device images (native ELF with the fields routing needs,
+//!   LLVM bitcode, or neither) with an error naming the byte or field for every malformed
+//!   input.
+//! - [`types`]: device pointers, handles, launch dimensions, typed kernel arguments and device
+//!   information.
+//!
+//! There is no LLVM here: the JIT engine lives in `offload-jit`.
+
+pub mod abi;
+pub mod env;
+pub mod error;
+pub mod image;
+pub mod traits;
+pub mod types;
+
+pub use error::{Error, ErrorKind, Result};
+pub use image::{ElfImage, ElfInfo, ElfRequirements, ImageKind, classify};
+pub use traits::{GenericDevice, GenericPlugin};
+pub use types::{
+    DeviceInfo, DeviceLimits, DevicePtr, GlobalSymbol, KernelArg, KernelHandle, LaunchDims,
+    MemoryKind, ProgramHandle, QueueHandle, ScalarType,
+};

@@ -1,0 +1,146 @@
+//! The two traits every backend implements and the runtime consumes.
+//!
+//! A backend crate implements [`GenericPlugin`] and [`GenericDevice`] in plain Rust and exports
+//! them with [`crate::export_plugin!`]. The runtime loads the library and gets the same traits
+//! back through [`crate::abi::loader`], so both sides only ever hold `dyn GenericPlugin` and
+//! `dyn GenericDevice`. Checks common to every backend (device index in range, launch shape
+//! within the device's limits, null pointers, empty images) are done once in the ABI layer
+//! before a backend method is called, so backends implement only their own part.
+
+use crate::error::Result;
+use crate::types::{
+    DeviceInfo, DevicePtr, GlobalSymbol, KernelArg, KernelHandle, LaunchDims, MemoryKind,
+    ProgramHandle, QueueHandle,
+};
+use std::sync::Arc;
+
+/// A backend: one device family (NVIDIA GPUs, AMD GPUs, the host CPU, ...).
+///
+/// Creating the plugin object must be cheap and must not touch a driver: drivers are loaded
+/// and initialised in [`GenericPlugin::init`], which the runtime calls on first need.
+pub trait GenericPlugin: Send + Sync {
+    /// Short name used by `OFFLOAD_PLUGINS` and `--device NAME:INDEX` (`host`, `cuda`).
+    fn name(&self) -> &str;
+
+    /// The ELF machine (`e_machine`) of the native images this plugin loads.
+    fn elf_machine(&self) -> u16;
+
+    /// The LLVM target triple of the plugin's devices (used to route bitcode).
+    fn target_triple(&self) -> &str;
+
+    /// Initialises the backend (loads the driver, enumerates devices) and returns the number of
+    /// devices. Called at most once by the ABI layer; a missing driver is `Ok(0)` or an error
+    /// that says why, never a panic.
+    fn init(&self) -> Result<usize>;
+
+    /// Whether this plugin can load `image` on some device; the error says why not.
+    fn check_image(&self, image: &[u8]) -> Result<()>;
+
+    /// Device `index` (`0..init()`). The ABI layer checks the range before calling.
+    fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>>;
+}
+
+/// One device of a plugin.
+///
+/// Queue arguments: `None` runs the operation synchronously on the calling thread; `Some(q)`
+/// enqueues it on queue `q` (in order with the queue's other work, asynchronously to the
+/// caller) and [`GenericDevice::queue_synchronize`] waits for it and reports its errors.
+pub trait GenericDevice: Send + Sync {
+    /// Index of the device within its plugin.
+    fn index(&self) -> usize;
+
+    /// Name, compute-unit kind, target features, memory and limits.
+    fn info(&self) -> Result<DeviceInfo>;
+
+    /// Whether this particular device can run `image` (e.g. the right `gfx` target).
+    fn check_image(&self, image: &[u8]) -> Result<()>;
+
+    /// Loads an image and returns a handle that is never reused on this device.
+    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle>;
+
+    /// Unloads a program. Kernels looked up in it become invalid.
+    fn unload_image(&self, program: ProgramHandle) -> Result<()>;
+
+    /// Looks up a kernel entry point by name.
+    fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle>;
+
+    /// Looks up a global variable by name.
+    fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol>;
+
+    /// Allocates `size` bytes (size > 0) of device memory.
+    fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr>;
+
+    /// Frees an allocation returned by [`GenericDevice::alloc`].
+    fn free(&self, ptr: DevicePtr) -> Result<()>;
+
+    /// Copies `len` host bytes at `src` to device memory at `dst`.
+    ///
+    /// # Safety
+    /// - `src` must be valid for reads of `len` bytes.
+    /// - With a queue, `src` must stay valid and unmodified until the queue is synchronised.
+    unsafe fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()>;
+
+    /// Copies `len` device bytes at `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    /// - `dst` must be valid for writes of `len` bytes.
+    /// - With a queue, `dst` must stay valid and not be read or written by anyone else until
+    ///   the queue is synchronised.
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()>;
+
+    /// Copies `len` bytes between two device allocations of this device.
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        queue: Option<QueueHandle>,
+    ) -> Result<()>;
+
+    /// Launches a kernel with typed arguments.
+    fn launch(
+        &self,
+        kernel: KernelHandle,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        queue: Option<QueueHandle>,
+    ) -> Result<()>;
+
+    /// Creates an in-order queue.
+    fn queue_create(&self) -> Result<QueueHandle>;
+
+    /// Waits until everything enqueued on `queue` has finished; returns the first error any of
+    /// it hit (and clears it).
+    fn queue_synchronize(&self, queue: QueueHandle) -> Result<()>;
+
+    /// Waits for the queue to drain, then destroys it.
+    fn queue_destroy(&self, queue: QueueHandle) -> Result<()>;
+}
+
+impl dyn GenericDevice {
+    /// Synchronous host-to-device copy of a whole slice.
+    pub fn write(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        // SAFETY: `src` is a live slice of `src.len()` bytes and the copy is synchronous, so it
+        // is not used after this call returns.
+        unsafe { self.copy_to_device(dst, src.as_ptr(), src.len(), None) }
+    }
+
+    /// Synchronous device-to-host copy filling a whole slice.
+    pub fn read(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        // SAFETY: `dst` is an exclusively borrowed slice of `dst.len()` bytes and the copy is
+        // synchronous.
+        unsafe { self.copy_from_device(dst.as_mut_ptr(), src, dst.len(), None) }
+    }
+}

@@ -1,0 +1,384 @@
+//! The plain data types the plugin interface speaks: device pointers, handles, launch
+//! dimensions, typed kernel arguments and device information.
+
+use crate::error::{Error, Result};
+use std::fmt;
+
+/// An address in a device's memory. On the host backend it is a host virtual address; on GPUs
+/// it is the driver's device pointer. Never dereferenced by the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The null device pointer.
+    pub const NULL: DevicePtr = DevicePtr(0);
+
+    /// `self + bytes`, or an error on overflow.
+    pub fn offset(self, bytes: u64) -> Result<DevicePtr> {
+        self.0
+            .checked_add(bytes)
+            .map(DevicePtr)
+            .ok_or_else(|| Error::InvalidArgument(format!("device pointer {self} + {bytes} overflows")))
+    }
+}
+
+impl fmt::Display for DevicePtr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u64);
+    };
+}
+
+handle!(
+    /// A loaded image on one device. Handles are never reused within a device's lifetime, so a
+    /// stale handle is an error, never another program.
+    ProgramHandle
+);
+handle!(
+    /// A kernel looked up in a loaded program.
+    KernelHandle
+);
+handle!(
+    /// An in-order stream of copies and launches on one device.
+    QueueHandle
+);
+
+/// Grid and block sizes of a launch, in CUDA's terms (blocks per grid, threads per block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Number of blocks in x, y, z.
+    pub grid: [u32; 3],
+    /// Number of threads per block in x, y, z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes (ignored by the host backend).
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchDims {
+    /// A 1-D launch.
+    pub fn linear(grid: u32, block: u32) -> Self {
+        LaunchDims {
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Total number of blocks.
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&g| u64::from(g)).product()
+    }
+
+    /// Total number of threads per block.
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&b| u64::from(b)).product()
+    }
+
+    /// Checks the shape against a device's limits. Zero in any dimension is a caller bug.
+    pub fn validate(&self, limits: &DeviceLimits) -> Result<()> {
+        for (what, dims, max) in [
+            ("grid", self.grid, limits.max_grid),
+            ("block", self.block, limits.max_block),
+        ] {
+            for (axis, (&d, &m)) in ["x", "y", "z"].iter().zip(dims.iter().zip(max.iter())) {
+                if d == 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what} dimension {axis} is 0; every dimension must be at least 1"
+                    )));
+                }
+                if d > m {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what} dimension {axis} is {d}; the device allows at most {m}"
+                    )));
+                }
+            }
+        }
+        if self.threads_per_block() > u64::from(limits.max_threads_per_block) {
+            return Err(Error::InvalidArgument(format!(
+                "block has {} threads; the device allows at most {} per block",
+                self.threads_per_block(),
+                limits.max_threads_per_block
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for LaunchDims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [gx, gy, gz] = self.grid;
+        let [bx, by, bz] = self.block;
+        write!(f, "grid {gx}x{gy}x{gz}, block {bx}x{by}x{bz}")
+    }
+}
+
+/// The scalar types kernel arguments and buffers can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarType {
+    /// `int32_t`
+    I32,
+    /// `uint32_t`
+    U32,
+    /// `int64_t`
+    I64,
+    /// `uint64_t`
+    U64,
+    /// `float`
+    F32,
+    /// `double`
+    F64,
+}
+
+impl ScalarType {
+    /// Size in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            ScalarType::I32 | ScalarType::U32 | ScalarType::F32 => 4,
+            ScalarType::I64 | ScalarType::U64 | ScalarType::F64 => 8,
+        }
+    }
+
+    /// The spelling used on the command line and in JSON (`i32`, `f64`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalarType::I32 => "i32",
+            ScalarType::U32 => "u32",
+            ScalarType::I64 => "i64",
+            ScalarType::U64 => "u64",
+            ScalarType::F32 => "f32",
+            ScalarType::F64 => "f64",
+        }
+    }
+
+    /// Parses the spelling of [`ScalarType::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "i32" => ScalarType::I32,
+            "u32" => ScalarType::U32,
+            "i64" => ScalarType::I64,
+            "u64" => ScalarType::U64,
+            "f32" => ScalarType::F32,
+            "f64" => ScalarType::F64,
+            _ => return None,
+        })
+    }
+}
+
+/// One typed kernel argument. GPUs receive these packed into an argument buffer; the host
+/// backend needs the types to call a C-ABI function correctly (floats in float registers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KernelArg {
+    /// `int32_t`
+    I32(i32),
+    /// `uint32_t`
+    U32(u32),
+    /// `int64_t`
+    I64(i64),
+    /// `uint64_t`
+    U64(u64),
+    /// `float`
+    F32(f32),
+    /// `double`
+    F64(f64),
+    /// A device pointer (`T*` in the kernel).
+    Ptr(DevicePtr),
+}
+
+/// Kind codes of [`KernelArg`] on the ABI (part of the ABI, never reused).
+pub mod arg_kind {
+    /// [`super::KernelArg::I32`]
+    pub const I32: u32 = 1;
+    /// [`super::KernelArg::U32`]
+    pub const U32: u32 = 2;
+    /// [`super::KernelArg::I64`]
+    pub const I64: u32 = 3;
+    /// [`super::KernelArg::U64`]
+    pub const U64: u32 = 4;
+    /// [`super::KernelArg::F32`]
+    pub const F32: u32 = 5;
+    /// [`super::KernelArg::F64`]
+    pub const F64: u32 = 6;
+    /// [`super::KernelArg::Ptr`]
+    pub const PTR: u32 = 7;
+}
+
+impl KernelArg {
+    /// Size of the argument in a packed GPU argument buffer (also its alignment).
+    pub fn size(&self) -> usize {
+        match self {
+            KernelArg::I32(_) | KernelArg::U32(_) | KernelArg::F32(_) => 4,
+            _ => 8,
+        }
+    }
+
+    /// `(kind, bits)` as carried by the ABI.
+    pub fn to_bits(&self) -> (u32, u64) {
+        match *self {
+            KernelArg::I32(v) => (arg_kind::I32, v as u32 as u64),
+            KernelArg::U32(v) => (arg_kind::U32, u64::from(v)),
+            KernelArg::I64(v) => (arg_kind::I64, v as u64),
+            KernelArg::U64(v) => (arg_kind::U64, v),
+            KernelArg::F32(v) => (arg_kind::F32, u64::from(v.to_bits())),
+            KernelArg::F64(v) => (arg_kind::F64, v.to_bits()),
+            KernelArg::Ptr(p) => (arg_kind::PTR, p.0),
+        }
+    }
+
+    /// Inverse of [`KernelArg::to_bits`]; `index` is only used in the error message.
+    pub fn from_bits(kind: u32, bits: u64, index: usize) -> Result<Self> {
+        Ok(match kind {
+            arg_kind::I32 => KernelArg::I32(bits as u32 as i32),
+            arg_kind::U32 => KernelArg::U32(bits as u32),
+            arg_kind::I64 => KernelArg::I64(bits as i64),
+            arg_kind::U64 => KernelArg::U64(bits),
+            arg_kind::F32 => KernelArg::F32(f32::from_bits(bits as u32)),
+            arg_kind::F64 => KernelArg::F64(f64::from_bits(bits)),
+            arg_kind::PTR => KernelArg::Ptr(DevicePtr(bits)),
+            k => {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel argument {index} has unknown type code {k}"
+                )));
+            }
+        })
+    }
+
+    /// Packs arguments the way GPU drivers expect them: each argument at its natural
+    /// alignment, in order.
+    pub fn pack(args: &[KernelArg]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for a in args {
+            let size = a.size();
+            while out.len() % size != 0 {
+                out.push(0);
+            }
+            let (_, bits) = a.to_bits();
+            out.extend_from_slice(&bits.to_le_bytes()[..size]);
+        }
+        out
+    }
+}
+
+/// Launch limits of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Largest grid per dimension.
+    pub max_grid: [u32; 3],
+    /// Largest block per dimension.
+    pub max_block: [u32; 3],
+    /// Largest product of the block dimensions.
+    pub max_threads_per_block: u32,
+    /// Threads that execute in lock step (warp/wavefront; 1 on the host).
+    pub warp_size: u32,
+}
+
+/// What a device is, for users (`offload info`) and for the JIT (compute-unit kind and target
+/// features select the code it generates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Human-readable name (`NVIDIA H200`, `AMD EPYC 7B13 (host)`).
+    pub name: String,
+    /// The exact code-generation target (`sm_90`, `gfx90a`, `x86-64`, `znver3`).
+    pub compute_unit_kind: String,
+    /// LLVM target features for code generation (`+ptx80`, `+avx2,...`); may be empty.
+    pub target_features: String,
+    /// Total memory in bytes.
+    pub total_memory: u64,
+    /// Independent execution units (SMs, CUs, host worker threads).
+    pub compute_units: u32,
+    /// Launch limits.
+    pub limits: DeviceLimits,
+}
+
+/// Where an allocation lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Ordinary device memory.
+    Device,
+    /// Host memory pinned for fast transfers and visible to the device.
+    Host,
+    /// Memory migrated on demand between host and device.
+    Shared,
+}
+
+impl MemoryKind {
+    /// ABI code.
+    pub fn to_u32(self) -> u32 {
+        match self {
+            MemoryKind::Device => 0,
+            MemoryKind::Host => 1,
+            MemoryKind::Shared => 2,
+        }
+    }
+
+    /// Decodes the ABI code.
+    pub fn from_u32(v: u32) -> Result<Self> {
+        Ok(match v {
+            0 => MemoryKind::Device,
+            1 => MemoryKind::Host,
+            2 => MemoryKind::Shared,
+            _ => return Err(Error::InvalidArgument(format!("unknown memory kind {v}"))),
+        })
+    }
+}
+
+/// A global variable found in a loaded program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GlobalSymbol {
+    /// Its device address.
+    pub ptr: DevicePtr,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_round_trip_and_pack_with_alignment() {
+        let args = [
+            KernelArg::I32(-3),
+            KernelArg::F64(2.5),
+            KernelArg::F32(1.5),
+            KernelArg::Ptr(DevicePtr(0x1000)),
+            KernelArg::U32(7),
+            KernelArg::I64(-9),
+            KernelArg::U64(u64::MAX),
+        ];
+        for (i, a) in args.iter().enumerate() {
+            let (k, b) = a.to_bits();
+            assert_eq!(KernelArg::from_bits(k, b, i).unwrap(), *a);
+        }
+        let packed = KernelArg::pack(&args[..3]);
+        assert_eq!(packed.len(), 4 + 4 + 8 + 4);
+        assert_eq!(&packed[8..16], &2.5f64.to_le_bytes());
+        assert!(KernelArg::from_bits(99, 0, 4).unwrap_err().to_string().contains("argument 4"));
+    }
+
+    #[test]
+    fn launch_dims_are_checked_against_limits() {
+        let limits = DeviceLimits {
+            max_grid: [100, 100, 1],
+            max_block: [64, 64, 1],
+            max_threads_per_block: 128,
+            warp_size: 1,
+        };
+        assert!(LaunchDims::linear(10, 64).validate(&limits).is_ok());
+        let e = LaunchDims::linear(0, 1).validate(&limits).unwrap_err().to_string();
+        assert!(e.contains("grid dimension x is 0"), "{e}");
+        let mut d = LaunchDims::linear(1, 64);
+        d.block[1] = 4;
+        let e = d.validate(&limits).unwrap_err().to_string();
+        assert!(e.contains("256 threads"), "{e}");
+        d.block[1] = 1;
+        d.grid[2] = 2;
+        assert!(d.validate(&limits).unwrap_err().to_string().contains("grid dimension z is 2"));
+    }
+}

@@ -1,0 +1,87 @@
+//! `offload info [--json]`
+
+use super::{Failure, human_bytes};
+use offload::{PluginStatus, Runtime};
+use offload_core::GenericPlugin;
+use offload_core::image::machine;
+use serde_json::json;
+
+pub fn info(as_json: bool) -> Result<(), Failure> {
+    let rt = Runtime::from_env();
+    let mut plugins = Vec::new();
+    for slot in rt.plugins() {
+        let status = slot.status();
+        let mut devices = Vec::new();
+        if let PluginStatus::Ok(n) = status {
+            for i in 0..n {
+                let entry = match slot.device(i).and_then(|d| d.info()) {
+                    Ok(info) => json!({
+                        "index": i,
+                        "name": info.name,
+                        "compute_unit": info.compute_unit_kind,
+                        "target_features": info.target_features,
+                        "memory_bytes": info.total_memory,
+                        "compute_units": info.compute_units,
+                        "max_threads_per_block": info.limits.max_threads_per_block,
+                        "warp_size": info.limits.warp_size,
+                    }),
+                    Err(e) => json!({"index": i, "error": e.to_string()}),
+                };
+                devices.push(entry);
+            }
+        }
+        let loaded = slot.plugin();
+        plugins.push(json!({
+            "name": slot.name(),
+            "path": slot.path().display().to_string(),
+            "status": status.label(),
+            "reason": status.reason(),
+            "abi_version": loaded.map(|p| format!("{}.{}", p.abi_version().0, p.abi_version().1)),
+            "build_id": loaded.map(|p| p.build_id().to_string()),
+            "elf_machine": loaded.map(|p| p.elf_machine()),
+            "target_triple": loaded.map(|p| p.target_triple().to_string()),
+            "devices": devices,
+        }));
+    }
+    if as_json {
+        let out = json!({ "plugins": plugins, "notes": rt.notes() });
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON values serialise"));
+        return Ok(());
+    }
+    if plugins.is_empty() {
+        println!("no plugins found (searched OFFLOAD_PLUGIN_PATH, the executable's directory and ../lib)");
+    }
+    for p in &plugins {
+        let s = |k: &str| p[k].as_str().unwrap_or("-").to_string();
+        println!("plugin {:<10} {:<10} {}", s("name"), s("status"), s("path"));
+        if let Some(m) = p["elf_machine"].as_u64() {
+            println!(
+                "    ABI {}, serves {}, {}",
+                s("abi_version"),
+                machine::describe(m as u16),
+                s("target_triple")
+            );
+        }
+        if let Some(r) = p["reason"].as_str() {
+            println!("    reason: {r}");
+        }
+        for d in p["devices"].as_array().into_iter().flatten() {
+            if let Some(e) = d["error"].as_str() {
+                println!("    {}:{}  error: {e}", s("name"), d["index"]);
+                continue;
+            }
+            println!(
+                "    {}:{}  {}  compute unit {}  memory {}",
+                s("name"),
+                d["index"],
+                d["name"].as_str().unwrap_or("?"),
+                d["compute_unit"].as_str().unwrap_or("?"),
+                human_bytes(d["memory_bytes"].as_u64().unwrap_or(0))
+            );
+        }
+    }
+    for n in rt.notes() {
+        println!("note: {n}");
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! Command-line front end of the runtime.
+
+mod args;
+mod demo;
+mod info;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// How a command failed, which decides the exit status.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad arguments or input files (exit 2).
+    Usage(String),
+    /// Failure at run time (exit 1).
+    Runtime(String),
+}
+
+impl From<offload::Error> for Failure {
+    fn from(e: offload::Error) -> Self {
+        Failure::Runtime(e.to_string())
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "offload",
+    version,
+    about = "Load device code and run it on whatever device this machine has",
+    after_help = "Environment: OFFLOAD_PLUGIN_PATH, OFFLOAD_PLUGINS, OFFLOAD_HOST_DEVICES, OFFLOAD_HOST_THREADS (see README)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List plugins and devices.
+    Info {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load an image, launch one kernel with the given arguments, and show the results.
+    Run(run::RunArgs),
+    /// Run a built-in saxpy kernel on the host backend and verify the result.
+    Demo {
+        /// Number of elements.
+        #[arg(long, default_value_t = 1_000_003)]
+        n: u32,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("offload: error: {first} (see 'offload --help')");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Info { json } => info::info(json),
+        Command::Run(args) => run::run(args),
+        Command::Demo { n } => demo::demo(n),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("offload: error: {m}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(m)) => {
+            eprintln!("offload: error: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Milliseconds since `t`, for timing output.
+pub fn ms_since(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Bytes in a human unit.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}

@@ -1,0 +1,172 @@
+//! `offload run IMAGE --kernel NAME ...`
+
+use super::args::{self, ArgSpec};
+use super::{Failure, ms_since};
+use offload::{DeviceBuffer, KernelArg, LaunchDims, Runtime, ScalarType};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// How many leading elements of each buffer are shown.
+const SHOWN: usize = 8;
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Device image (host/GPU ELF shared object).
+    image: PathBuf,
+    /// Kernel to launch.
+    #[arg(long)]
+    kernel: String,
+    /// Device as PLUGIN:INDEX (default: picked by the image).
+    #[arg(long, value_parser = args::parse_device)]
+    device: Option<(String, usize)>,
+    /// Blocks per grid: X[,Y[,Z]].
+    #[arg(long, value_parser = args::parse_dims, default_value = "1")]
+    grid: [u32; 3],
+    /// Threads per block: X[,Y[,Z]].
+    #[arg(long, value_parser = args::parse_dims, default_value = "1")]
+    block: [u32; 3],
+    /// Kernel argument, in order: TYPE:V (i32 u32 i64 u64 f32 f64) or buf:TYPE:LEN[:INIT]
+    /// with INIT zero (default), fill=V, iota or file=PATH.
+    #[arg(long = "arg", value_parser = args::parse_arg_spec)]
+    args: Vec<ArgSpec>,
+    /// Write the final contents of argument i to DIR/arg<i>.bin.
+    #[arg(long)]
+    dump: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+struct BufferArg {
+    index: usize,
+    ty: ScalarType,
+    len: usize,
+    host: Vec<u8>,
+    device: Option<DeviceBuffer>,
+}
+
+pub fn run(a: RunArgs) -> Result<(), Failure> {
+    let total = Instant::now();
+    // Everything that can be wrong with the command line or input files is found here,
+    // before any device is touched (exit status 2).
+    let image = std::fs::read(&a.image)
+        .map_err(|e| Failure::Usage(format!("cannot read image '{}': {e}", a.image.display())))?;
+    let mut buffers = Vec::new();
+    for (i, spec) in a.args.iter().enumerate() {
+        if let ArgSpec::Buffer { ty, len, init } = spec {
+            let host = args::initial_bytes(*ty, *len, init, i).map_err(Failure::Usage)?;
+            buffers.push(BufferArg { index: i, ty: *ty, len: *len, host, device: None });
+        }
+    }
+    if let Some(dir) = &a.dump {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Failure::Usage(format!("cannot create dump directory '{}': {e}", dir.display()))
+        })?;
+    }
+
+    let rt = Runtime::from_env();
+    let t = Instant::now();
+    let device = match &a.device {
+        Some((name, index)) => rt.device(name, *index)?,
+        None => rt.route(&image).map_err(|e| e.context(format!("image '{}'", a.image.display())))?,
+    };
+    let program = device
+        .load(&image)
+        .map_err(|e| e.context(format!("image '{}' on {device}", a.image.display())))?;
+    let kernel = program.kernel(&a.kernel)?;
+    let load_ms = ms_since(t);
+
+    let t = Instant::now();
+    for b in &mut buffers {
+        let buf = device.alloc_buffer(b.host.len() as u64)?;
+        buf.write(&b.host)?;
+        b.device = Some(buf);
+    }
+    let copy_in_ms = ms_since(t);
+
+    let mut kernel_args = Vec::with_capacity(a.args.len());
+    let mut next_buffer = buffers.iter();
+    for spec in &a.args {
+        kernel_args.push(match spec {
+            ArgSpec::Scalar(v) => *v,
+            ArgSpec::Buffer { .. } => {
+                let b = next_buffer.next().expect("one BufferArg per buffer spec");
+                KernelArg::Ptr(b.device.as_ref().expect("allocated above").ptr())
+            }
+        });
+    }
+    let dims = LaunchDims { grid: a.grid, block: a.block, shared_mem_bytes: 0 };
+    let t = Instant::now();
+    program
+        .launch(kernel, &dims, &kernel_args)
+        .map_err(|e| e.context(format!("launch of '{}' ({dims}) on {device}", a.kernel)))?;
+    let launch_ms = ms_since(t);
+
+    let t = Instant::now();
+    for b in &mut buffers {
+        b.device.as_ref().expect("allocated above").read(&mut b.host)?;
+    }
+    let copy_out_ms = ms_since(t);
+
+    if let Some(dir) = &a.dump {
+        for (i, spec) in a.args.iter().enumerate() {
+            let bytes = match spec {
+                ArgSpec::Scalar(v) => {
+                    let (_, bits) = v.to_bits();
+                    bits.to_le_bytes()[..v.size()].to_vec()
+                }
+                ArgSpec::Buffer { .. } => {
+                    buffers.iter().find(|b| b.index == i).expect("buffer exists").host.clone()
+                }
+            };
+            let path = dir.join(format!("arg{i}.bin"));
+            std::fs::write(&path, bytes)
+                .map_err(|e| Failure::Runtime(format!("cannot write '{}': {e}", path.display())))?;
+        }
+    }
+    drop(program);
+    let total_ms = ms_since(total);
+
+    let info = device.info()?;
+    if a.json {
+        let out = json!({
+            "device": device.to_string(),
+            "device_name": info.name,
+            "compute_unit": info.compute_unit_kind,
+            "kernel": a.kernel,
+            "grid": a.grid,
+            "block": a.block,
+            "timings_ms": {
+                "load": load_ms, "copy_in": copy_in_ms, "launch": launch_ms,
+                "copy_out": copy_out_ms, "total": total_ms,
+            },
+            "buffers": buffers.iter().map(|b| json!({
+                "arg": b.index,
+                "type": b.ty.name(),
+                "len": b.len,
+                "head": (0..b.len.min(SHOWN)).map(|i| args::element_json(b.ty, &b.host, i)).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    println!("device   {device}  {} (compute unit {})", info.name, info.compute_unit_kind);
+    println!("kernel   {}  {dims}", a.kernel);
+    for b in &buffers {
+        let head: Vec<String> = (0..b.len.min(SHOWN)).map(|i| args::element_text(b.ty, &b.host, i)).collect();
+        println!(
+            "arg{}     {}[{}] = [{}{}]",
+            b.index,
+            b.ty.name(),
+            b.len,
+            head.join(", "),
+            if b.len > SHOWN { ", ..." } else { "" }
+        );
+    }
+    println!(
+        "timings  load {load_ms:.3} ms, copy-in {copy_in_ms:.3} ms, launch {launch_ms:.3} ms, \
+         copy-out {copy_out_ms:.3} ms, total {total_ms:.3} ms"
+    );
+    Ok(())
+}

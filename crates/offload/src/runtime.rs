@@ -1,0 +1,422 @@
+//! The runtime proper: plugin slots, lazy initialisation, routing, and RAII wrappers for
+//! programs and device buffers.
+
+use crate::discovery;
+use offload_core::abi::loader::LoadedPlugin;
+use offload_core::image::machine;
+use offload_core::{
+    DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg,
+    KernelHandle, LaunchDims, MemoryKind, ProgramHandle, Result, classify,
+};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// What `offload info` reports for a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginStatus {
+    /// Loaded and initialised with this many devices (at least one).
+    Ok(usize),
+    /// Loaded and initialised, but it has no device; the reason says why.
+    NoDevices(String),
+    /// Could not be loaded or initialised.
+    Failed(String),
+}
+
+impl PluginStatus {
+    /// `ok`, `no-devices` or `failed`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PluginStatus::Ok(_) => "ok",
+            PluginStatus::NoDevices(_) => "no-devices",
+            PluginStatus::Failed(_) => "failed",
+        }
+    }
+
+    /// The failure or no-device reason, if any.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            PluginStatus::Ok(_) => None,
+            PluginStatus::NoDevices(r) | PluginStatus::Failed(r) => Some(r),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum SlotState {
+    Failed(Error),
+    Loaded {
+        plugin: Arc<LoadedPlugin>,
+        init: OnceLock<std::result::Result<usize, Error>>,
+    },
+}
+
+/// One plugin library the runtime found.
+#[derive(Debug)]
+pub struct PluginSlot {
+    name: String,
+    path: PathBuf,
+    state: SlotState,
+}
+
+impl PluginSlot {
+    fn open(name: String, path: PathBuf) -> PluginSlot {
+        let state = match LoadedPlugin::open(&path) {
+            Ok(plugin) => SlotState::Loaded {
+                plugin,
+                init: OnceLock::new(),
+            },
+            Err(e) => SlotState::Failed(e),
+        };
+        let name = match &state {
+            SlotState::Loaded { plugin, .. } => plugin.name().to_string(),
+            SlotState::Failed(_) => name,
+        };
+        PluginSlot { name, path, state }
+    }
+
+    /// The plugin's name (from its header, or from the file name if it failed to load).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The library's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The loaded plugin, if loading succeeded.
+    pub fn plugin(&self) -> Option<&Arc<LoadedPlugin>> {
+        match &self.state {
+            SlotState::Loaded { plugin, .. } => Some(plugin),
+            SlotState::Failed(_) => None,
+        }
+    }
+
+    /// Initialises the plugin on first call and returns its device count.
+    pub fn device_count(&self) -> Result<usize> {
+        match &self.state {
+            SlotState::Failed(e) => Err(e.clone()),
+            SlotState::Loaded { plugin, init } => init.get_or_init(|| plugin.init()).clone(),
+        }
+    }
+
+    /// Status for reports (initialises the plugin).
+    pub fn status(&self) -> PluginStatus {
+        match self.device_count() {
+            Ok(0) => PluginStatus::NoDevices(format!("plugin '{}' reports 0 devices", self.name)),
+            Ok(n) => PluginStatus::Ok(n),
+            Err(e @ Error::NoDevice(_)) => PluginStatus::NoDevices(e.to_string()),
+            Err(e) => PluginStatus::Failed(e.to_string()),
+        }
+    }
+
+    /// Device `index` of this plugin.
+    pub fn device(&self, index: usize) -> Result<Device> {
+        let count = self.device_count().map_err(|e| e.context(format!("plugin '{}'", self.name)))?;
+        if index >= count {
+            return Err(Error::NotFound(format!(
+                "device {}:{index}: plugin '{}' has {count} device{}",
+                self.name,
+                self.name,
+                if count == 1 { "" } else { "s" }
+            )));
+        }
+        let plugin = self.plugin().expect("initialised plugins are loaded");
+        Ok(Device {
+            plugin: self.name.clone(),
+            index,
+            inner: plugin.device(index)?,
+        })
+    }
+}
+
+/// The offload runtime: the plugins found at start-up.
+#[derive(Debug)]
+pub struct Runtime {
+    slots: Vec<PluginSlot>,
+    notes: Vec<String>,
+}
+
+impl Runtime {
+    /// Discovers plugins in [`discovery::default_plugin_dirs`], honouring `OFFLOAD_PLUGINS`.
+    /// Never fails: a plugin that cannot be loaded is kept as a failed slot with its reason, and
+    /// a bad environment variable becomes a note.
+    pub fn from_env() -> Runtime {
+        let mut notes = Vec::new();
+        let dirs = discovery::default_plugin_dirs().unwrap_or_else(|e| {
+            notes.push(e.to_string());
+            Vec::new()
+        });
+        let filter = discovery::plugin_filter().unwrap_or_else(|e| {
+            notes.push(e.to_string());
+            None
+        });
+        let mut rt = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
+        notes.append(&mut rt.notes);
+        rt.notes = notes;
+        rt
+    }
+
+    /// Discovers plugins in `dirs`; with `only`, loads just the plugins of those names.
+    pub fn with_plugin_dirs(dirs: &[PathBuf], only: Option<&[String]>) -> Runtime {
+        let mut notes = Vec::new();
+        let found = discovery::find_plugins(dirs);
+        if let Some(only) = only {
+            for wanted in only {
+                if !found.iter().any(|(n, _)| n == wanted) {
+                    notes.push(format!(
+                        "{} names plugin '{wanted}', but no {}{wanted}{} was found",
+                        discovery::ENV_PLUGINS,
+                        discovery::PLUGIN_PREFIX,
+                        discovery::PLUGIN_SUFFIX
+                    ));
+                }
+            }
+        }
+        let slots = found
+            .into_iter()
+            .filter(|(name, _)| only.is_none_or(|o| o.iter().any(|w| w == name)))
+            .map(|(name, path)| PluginSlot::open(name, path))
+            .collect();
+        Runtime { slots, notes }
+    }
+
+    /// Every plugin found, loaded or not.
+    pub fn plugins(&self) -> &[PluginSlot] {
+        &self.slots
+    }
+
+    /// Problems met during discovery that are not tied to one plugin.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The plugin named `name`.
+    pub fn plugin(&self, name: &str) -> Result<&PluginSlot> {
+        self.slots.iter().find(|s| s.name == name).ok_or_else(|| {
+            let known: Vec<&str> = self.slots.iter().map(|s| s.name.as_str()).collect();
+            Error::NotFound(format!(
+                "plugin '{name}' (found: {})",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            ))
+        })
+    }
+
+    /// Device `index` of plugin `name`.
+    pub fn device(&self, name: &str, index: usize) -> Result<Device> {
+        self.plugin(name)?.device(index)
+    }
+
+    /// Picks the plugin and device for an image: by ELF machine (then the plugin's and each
+    /// device's own compatibility check), the first device that accepts it.
+    pub fn route(&self, image: &[u8]) -> Result<Device> {
+        let info = match classify(image)? {
+            ImageKind::Elf(info) => info,
+            ImageKind::Bitcode { .. } => {
+                return Err(Error::Unsupported(
+                    "the image is LLVM bitcode; routing bitcode needs the JIT engine (offload-jit), \
+                     which this build does not include yet"
+                        .into(),
+                ));
+            }
+        };
+        let serving: Vec<&PluginSlot> = self
+            .slots
+            .iter()
+            .filter(|s| s.plugin().is_some_and(|p| p.elf_machine() == info.machine))
+            .collect();
+        if serving.is_empty() {
+            let known: Vec<String> = self
+                .slots
+                .iter()
+                .filter_map(|s| {
+                    s.plugin()
+                        .map(|p| format!("{} serves {}", s.name, machine::describe(p.elf_machine())))
+                })
+                .collect();
+            return Err(Error::Unsupported(format!(
+                "no loaded plugin serves ELF machine {} ({})",
+                machine::describe(info.machine),
+                if known.is_empty() { "no plugin loaded".to_string() } else { known.join("; ") }
+            )));
+        }
+        let mut first_error = None;
+        for slot in serving {
+            let plugin = slot.plugin().expect("filtered on loaded plugins");
+            let outcome = plugin.check_image(image).and_then(|()| {
+                let count = slot.device_count()?;
+                if count == 0 {
+                    return Err(Error::NoDevice(format!(
+                        "plugin '{}' can run this image but has no devices",
+                        slot.name
+                    )));
+                }
+                let mut last = None;
+                for i in 0..count {
+                    let device = slot.device(i)?;
+                    match device.inner.check_image(image) {
+                        Ok(()) => return Ok(device),
+                        Err(e) => last = Some(e.context(format!("device {}:{i}", slot.name))),
+                    }
+                }
+                Err(last.expect("count > 0"))
+            });
+            match outcome {
+                Ok(device) => return Ok(device),
+                Err(e) => {
+                    first_error.get_or_insert(e.context(format!("plugin '{}'", slot.name)));
+                }
+            }
+        }
+        Err(first_error.expect("at least one plugin was tried"))
+    }
+}
+
+/// A device of a plugin, with its address (`plugin:index`) for messages.
+#[derive(Clone)]
+pub struct Device {
+    plugin: String,
+    index: usize,
+    inner: Arc<dyn GenericDevice>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({}:{})", self.plugin, self.index)
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.plugin, self.index)
+    }
+}
+
+impl Device {
+    /// The plugin's name.
+    pub fn plugin_name(&self) -> &str {
+        &self.plugin
+    }
+
+    /// Index within the plugin.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The underlying trait object, for operations not wrapped here (queues, raw copies).
+    pub fn raw(&self) -> &Arc<dyn GenericDevice> {
+        &self.inner
+    }
+
+    /// Device information.
+    pub fn info(&self) -> Result<DeviceInfo> {
+        self.inner.info()
+    }
+
+    /// Loads an image; it is unloaded when the [`Program`] is dropped.
+    pub fn load(&self, image: &[u8]) -> Result<Program> {
+        let handle = self.inner.load_image(image)?;
+        Ok(Program {
+            device: self.clone(),
+            handle,
+        })
+    }
+
+    /// Allocates device memory, freed when the [`DeviceBuffer`] is dropped.
+    pub fn alloc_buffer(&self, size: u64) -> Result<DeviceBuffer> {
+        let ptr = self.inner.alloc(size, MemoryKind::Device)?;
+        Ok(DeviceBuffer {
+            device: self.inner.clone(),
+            ptr,
+            size,
+        })
+    }
+}
+
+/// A loaded image.
+#[derive(Debug)]
+pub struct Program {
+    device: Device,
+    handle: ProgramHandle,
+}
+
+impl Program {
+    /// The device it is loaded on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The plugin's handle.
+    pub fn handle(&self) -> ProgramHandle {
+        self.handle
+    }
+
+    /// Looks up a kernel.
+    pub fn kernel(&self, name: &str) -> Result<KernelHandle> {
+        self.device.inner.kernel(self.handle, name)
+    }
+
+    /// Launches a kernel synchronously.
+    pub fn launch(&self, kernel: KernelHandle, dims: &LaunchDims, args: &[KernelArg]) -> Result<()> {
+        self.device.inner.launch(kernel, dims, args, None)
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.device.inner.unload_image(self.handle);
+    }
+}
+
+/// Device memory owned by the caller.
+pub struct DeviceBuffer {
+    device: Arc<dyn GenericDevice>,
+    ptr: DevicePtr,
+    size: u64,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({}, {} bytes)", self.ptr, self.size)
+    }
+}
+
+impl DeviceBuffer {
+    /// The device address.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn check_len(&self, len: usize, what: &str) -> Result<()> {
+        if len as u64 > self.size {
+            return Err(Error::InvalidArgument(format!(
+                "{what} of {len} bytes does not fit a {}-byte buffer",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `data` to the start of the buffer.
+    pub fn write(&self, data: &[u8]) -> Result<()> {
+        self.check_len(data.len(), "write")?;
+        self.device.write(self.ptr, data)
+    }
+
+    /// Copies the start of the buffer into `out`.
+    pub fn read(&self, out: &mut [u8]) -> Result<()> {
+        self.check_len(out.len(), "read")?;
+        self.device.read(out, self.ptr)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let _ = self.device.free(self.ptr);
+    }
+}

@@ -1,0 +1,342 @@
+//! One host device: its programs, kernels, memory and queues.
+
+use crate::launch::PreparedCall;
+use crate::memory::MemoryMap;
+use crate::program::Program;
+use crate::queue::Queue;
+use offload_core::{
+    DeviceInfo, DeviceLimits, DevicePtr, ElfImage, Error, GenericDevice, GlobalSymbol, KernelArg,
+    KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result,
+};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Debug)]
+struct Kernel {
+    program: Arc<Program>,
+    program_handle: u64,
+    func: *mut c_void,
+    name: String,
+}
+
+// SAFETY: `func` is a code address inside `program`, which the `Arc` keeps loaded; calling it
+// from any thread is what the host backend does.
+unsafe impl Send for Kernel {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Kernel {}
+
+#[derive(Debug)]
+pub struct HostDevice {
+    index: usize,
+    pool: Arc<rayon::ThreadPool>,
+    threads: u32,
+    next_handle: AtomicU64,
+    programs: Mutex<HashMap<u64, Arc<Program>>>,
+    kernels: Mutex<HashMap<u64, Arc<Kernel>>>,
+    memory: Arc<Mutex<MemoryMap>>,
+    queues: Mutex<HashMap<u64, Arc<Queue>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages > 0 && page > 0 {
+        pages as u64 * page as u64
+    } else {
+        0
+    }
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name") || l.starts_with("Model"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// LLVM's generic CPU name for this architecture (the JIT refines it to the exact model).
+fn compute_unit_kind() -> &'static str {
+    if cfg!(target_arch = "x86_64") {
+        "x86-64"
+    } else {
+        "generic"
+    }
+}
+
+/// Raw pointers that an enqueued job carries to its worker.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: the `copy_*_device` contracts make the caller keep the pointee valid and untouched
+// until the queue is synchronised, which is what makes handing it to the worker sound.
+unsafe impl<T> Send for SendPtr<T> {}
+
+impl HostDevice {
+    pub fn new(index: usize, pool: Arc<rayon::ThreadPool>, threads: u32) -> Self {
+        HostDevice {
+            index,
+            pool,
+            threads,
+            next_handle: AtomicU64::new(1),
+            programs: Mutex::default(),
+            kernels: Mutex::default(),
+            memory: Arc::default(),
+            queues: Mutex::default(),
+        }
+    }
+
+    fn handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn queue(&self, q: QueueHandle) -> Result<Arc<Queue>> {
+        lock(&self.queues).get(&q.0).cloned().ok_or_else(|| {
+            Error::NotFound(format!("queue {} on host device {}", q.0, self.index))
+        })
+    }
+
+    /// Runs `job` now, or on `queue` in order with its other work.
+    fn run(&self, queue: Option<QueueHandle>, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+        match queue {
+            None => job(),
+            Some(q) => self.queue(q)?.submit(Box::new(job)),
+        }
+    }
+}
+
+impl GenericDevice for HostDevice {
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn info(&self) -> Result<DeviceInfo> {
+        Ok(DeviceInfo {
+            name: format!("{} (host, {} worker threads)", cpu_model(), self.threads),
+            compute_unit_kind: compute_unit_kind().to_string(),
+            target_features: String::new(),
+            total_memory: physical_memory(),
+            compute_units: self.threads,
+            limits: DeviceLimits {
+                max_grid: [i32::MAX as u32, 65535, 65535],
+                max_block: [1024, 1024, 64],
+                max_threads_per_block: 1024,
+                warp_size: 1,
+            },
+        })
+    }
+
+    fn check_image(&self, image: &[u8]) -> Result<()> {
+        ElfImage::parse(image, &crate::requirements()).map(|_| ())
+    }
+
+    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
+        let parsed = ElfImage::parse(image, &crate::requirements())?;
+        let program = Arc::new(Program::load(image, parsed)?);
+        let handle = self.handle();
+        {
+            let mut memory = lock(&self.memory);
+            for s in program.image.symbols.iter().filter(|s| !s.is_function && s.size > 0) {
+                if let Some(p) = program.symbol(&s.name) {
+                    memory.add_global(p as u64, s.size, handle);
+                }
+            }
+        }
+        lock(&self.programs).insert(handle, program);
+        Ok(ProgramHandle(handle))
+    }
+
+    fn unload_image(&self, program: ProgramHandle) -> Result<()> {
+        let removed = lock(&self.programs).remove(&program.0);
+        if removed.is_none() {
+            return Err(Error::NotFound(format!(
+                "program {} on host device {} (never loaded, or already unloaded)",
+                program.0, self.index
+            )));
+        }
+        lock(&self.kernels).retain(|_, k| k.program_handle != program.0);
+        lock(&self.memory).remove_program_globals(program.0);
+        // The image is unmapped when the last in-flight launch drops its `Arc<Program>`.
+        Ok(())
+    }
+
+    fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
+        let p = lock(&self.programs).get(&program.0).cloned().ok_or_else(|| {
+            Error::NotFound(format!("program {} on host device {}", program.0, self.index))
+        })?;
+        let is_function = p.image.symbol(name).map(|s| s.is_function);
+        let func = match (is_function, p.symbol(name)) {
+            (Some(true), Some(func)) => func,
+            (Some(false), _) => {
+                return Err(Error::NotFound(format!(
+                    "kernel '{name}': the image exports '{name}' as data, not a function"
+                )));
+            }
+            _ => {
+                let mut names = p.image.function_names();
+                names.sort_unstable();
+                return Err(Error::NotFound(format!(
+                    "kernel '{name}' is not exported by the image; exported functions: {}",
+                    if names.is_empty() { "(none)".to_string() } else { names.join(", ") }
+                )));
+            }
+        };
+        let handle = self.handle();
+        lock(&self.kernels).insert(
+            handle,
+            Arc::new(Kernel {
+                program: p,
+                program_handle: program.0,
+                func,
+                name: name.to_string(),
+            }),
+        );
+        Ok(KernelHandle(handle))
+    }
+
+    fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
+        let p = lock(&self.programs).get(&program.0).cloned().ok_or_else(|| {
+            Error::NotFound(format!("program {} on host device {}", program.0, self.index))
+        })?;
+        match (p.image.symbol(name), p.symbol(name)) {
+            (Some(s), Some(addr)) if !s.is_function => Ok(GlobalSymbol {
+                ptr: DevicePtr(addr as u64),
+                size: s.size,
+            }),
+            _ => Err(Error::NotFound(format!("global '{name}' is not exported by the image"))),
+        }
+    }
+
+    fn alloc(&self, size: u64, _kind: MemoryKind) -> Result<DevicePtr> {
+        // Host, device and shared memory are all the same memory here.
+        lock(&self.memory).alloc(size, physical_memory(), self.index)
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        lock(&self.memory).free(ptr, self.index)
+    }
+
+    unsafe fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        let memory = self.memory.clone();
+        let (index, src) = (self.index, SendPtr(src as *mut u8));
+        self.run(queue, move || {
+            let src = src;
+            lock(&memory).check(dst, len as u64, "copy to device", index)?;
+            // SAFETY: `dst..+len` is inside a live allocation (checked above); `src` is valid
+            // for `len` bytes by this method's contract; host and device buffers never overlap
+            // because the runtime never hands device memory out as a host slice.
+            unsafe { std::ptr::copy_nonoverlapping(src.0, dst.0 as *mut u8, len) };
+            Ok(())
+        })
+    }
+
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        let memory = self.memory.clone();
+        let (index, dst) = (self.index, SendPtr(dst));
+        self.run(queue, move || {
+            let dst = dst;
+            lock(&memory).check(src, len as u64, "copy from device", index)?;
+            // SAFETY: checked source range; `dst` valid for `len` bytes by the contract.
+            unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0, len) };
+            Ok(())
+        })
+    }
+
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        let memory = self.memory.clone();
+        let index = self.index;
+        self.run(queue, move || {
+            {
+                let m = lock(&memory);
+                m.check(src, len, "device copy source", index)?;
+                m.check(dst, len, "device copy destination", index)?;
+            }
+            // SAFETY: both ranges are inside live allocations; `copy` allows overlap.
+            unsafe { std::ptr::copy(src.0 as *const u8, dst.0 as *mut u8, len as usize) };
+            Ok(())
+        })
+    }
+
+    fn launch(
+        &self,
+        kernel: KernelHandle,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        let k = lock(&self.kernels).get(&kernel.0).cloned().ok_or_else(|| {
+            Error::NotFound(format!(
+                "kernel handle {} on host device {} (unknown, or its program was unloaded)",
+                kernel.0, self.index
+            ))
+        })?;
+        // SAFETY: `k.func` is a function exported by `k.program`; that its C signature matches
+        // `args` is the launch contract (the same one a GPU driver relies on).
+        let call = unsafe { PreparedCall::new(k.program.clone(), k.func, args) };
+        let pointers: Vec<(usize, DevicePtr)> = args
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| match a {
+                KernelArg::Ptr(p) if p.0 != 0 => Some((i, *p)),
+                _ => None,
+            })
+            .collect();
+        let (memory, pool, dims, index, name) =
+            (self.memory.clone(), self.pool.clone(), *dims, self.index, k.name.clone());
+        self.run(queue, move || {
+            {
+                let m = lock(&memory);
+                for (i, p) in &pointers {
+                    m.check(*p, 0, &format!("kernel '{name}' argument {i}"), index)?;
+                }
+            }
+            call.run(&dims, &pool);
+            Ok(())
+        })
+    }
+
+    fn queue_create(&self) -> Result<QueueHandle> {
+        let handle = self.handle();
+        let q = Queue::new(format!("offload-host{}-q{handle}", self.index))?;
+        lock(&self.queues).insert(handle, Arc::new(q));
+        Ok(QueueHandle(handle))
+    }
+
+    fn queue_synchronize(&self, queue: QueueHandle) -> Result<()> {
+        self.queue(queue)?.synchronize()
+    }
+
+    fn queue_destroy(&self, queue: QueueHandle) -> Result<()> {
+        let q = lock(&self.queues).remove(&queue.0).ok_or_else(|| {
+            Error::NotFound(format!("queue {} on host device {}", queue.0, self.index))
+        })?;
+        q.shutdown()
+    }
+}

@@ -1,0 +1,176 @@
+//! Running a kernel on the host: the SPMD loop over work items and the C-ABI call of each.
+
+use crate::program::Program;
+use libffi::middle::{Cif, Type};
+use offload_core::{KernelArg, LaunchDims};
+use rayon::prelude::*;
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// The per-thread work-item context that `include/offload_kernel.h` declares for host builds
+/// (`__offload_host_ctx`). The layout is a contract with the header.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostContext {
+    /// `offload_thread_id(0..2)`
+    pub thread_id: [u32; 3],
+    /// `offload_block_id(0..2)`
+    pub block_id: [u32; 3],
+    /// `offload_block_dim(0..2)`
+    pub block_dim: [u32; 3],
+    /// `offload_grid_dim(0..2)`
+    pub grid_dim: [u32; 3],
+}
+
+/// Storage of one argument value, addressed by libffi.
+#[repr(C)]
+#[derive(Clone, Copy)]
+union Slot {
+    i32: i32,
+    u32: u32,
+    i64: i64,
+    u64: u64,
+    f32: f32,
+    f64: f64,
+    ptr: *mut c_void,
+}
+
+/// A kernel call prepared once per launch and made once per work item.
+pub struct PreparedCall {
+    program: Arc<Program>,
+    func: unsafe extern "C" fn(),
+    cif: Cif,
+    slots: Box<[Slot]>,
+}
+
+impl std::fmt::Debug for PreparedCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedCall").field("args", &self.slots.len()).finish()
+    }
+}
+
+// SAFETY: after construction nothing mutates the CIF or the slots; `ffi_call` only reads
+// them, so sharing across worker threads is sound. The function pointer stays valid because
+// `program` (an `Arc`) keeps the image loaded.
+unsafe impl Send for PreparedCall {}
+// SAFETY: see `Send`.
+unsafe impl Sync for PreparedCall {}
+
+impl PreparedCall {
+    /// # Safety
+    /// `func` must be a function of `program` whose C signature matches `args` in number and
+    /// type, returning `void`.
+    pub unsafe fn new(program: Arc<Program>, func: *mut c_void, args: &[KernelArg]) -> Self {
+        let mut types = Vec::with_capacity(args.len());
+        let mut slots = Vec::with_capacity(args.len());
+        for a in args {
+            let (ty, slot) = match *a {
+                KernelArg::I32(v) => (Type::i32(), Slot { i32: v }),
+                KernelArg::U32(v) => (Type::u32(), Slot { u32: v }),
+                KernelArg::I64(v) => (Type::i64(), Slot { i64: v }),
+                KernelArg::U64(v) => (Type::u64(), Slot { u64: v }),
+                KernelArg::F32(v) => (Type::f32(), Slot { f32: v }),
+                KernelArg::F64(v) => (Type::f64(), Slot { f64: v }),
+                KernelArg::Ptr(p) => (Type::pointer(), Slot { ptr: p.0 as *mut c_void }),
+            };
+            types.push(ty);
+            slots.push(slot);
+        }
+        // SAFETY: `func` is a non-null function address from dlsym (guaranteed by the caller).
+        let func: unsafe extern "C" fn() = unsafe { std::mem::transmute(func) };
+        PreparedCall {
+            program,
+            func,
+            cif: Cif::new(types, Type::void()),
+            slots: slots.into_boxed_slice(),
+        }
+    }
+
+    fn arg_pointers(&self) -> Vec<*mut c_void> {
+        self.slots
+            .iter()
+            .map(|s| s as *const Slot as *mut c_void)
+            .collect()
+    }
+
+    /// Runs all work items of one block on the calling thread.
+    fn run_block(&self, dims: &LaunchDims, block: u64, ctx: Option<*mut HostContext>, argv: &mut [*mut c_void]) {
+        let [gx, gy, _] = dims.grid.map(u64::from);
+        let block_id = [
+            (block % gx) as u32,
+            ((block / gx) % gy) as u32,
+            (block / (gx * gy)) as u32,
+        ];
+        if let Some(ctx) = ctx {
+            // SAFETY: `ctx` is this thread's instance of the image's context variable, which
+            // lives as long as the image (kept alive by `self.program`).
+            unsafe {
+                (*ctx).block_id = block_id;
+                (*ctx).block_dim = dims.block;
+                (*ctx).grid_dim = dims.grid;
+            }
+        }
+        let [bx, by, bz] = dims.block;
+        for tz in 0..bz {
+            for ty in 0..by {
+                for tx in 0..bx {
+                    if let Some(ctx) = ctx {
+                        // SAFETY: as above.
+                        unsafe { (*ctx).thread_id = [tx, ty, tz] };
+                    }
+                    // SAFETY: the CIF matches the function by `new`'s contract, `argv` points
+                    // at `self.slots` (one pointer per argument), and a void return needs no
+                    // return buffer.
+                    unsafe {
+                        libffi::raw::ffi_call(
+                            self.cif.as_raw_ptr(),
+                            Some(self.func),
+                            std::ptr::null_mut(),
+                            argv.as_mut_ptr(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// This thread's context pointer for the program, cached per thread (program uids are
+    /// never reused, so a stale entry can never match).
+    fn context(&self) -> Option<*mut HostContext> {
+        thread_local! {
+            static CACHE: Cell<(u64, *mut HostContext)> = const { Cell::new((0, std::ptr::null_mut())) };
+        }
+        if !self.program.has_context {
+            return None;
+        }
+        CACHE.with(|c| {
+            let (uid, p) = c.get();
+            if uid == self.program.uid {
+                return Some(p);
+            }
+            let p = self.program.context_for_this_thread()? as *mut HostContext;
+            c.set((self.program.uid, p));
+            Some(p)
+        })
+    }
+
+    /// Runs the whole grid: blocks spread over `pool`, or inline when there is one block.
+    pub fn run(&self, dims: &LaunchDims, pool: &rayon::ThreadPool) {
+        let blocks = dims.blocks();
+        if blocks == 1 || pool.current_num_threads() == 1 {
+            let ctx = self.context();
+            let mut argv = self.arg_pointers();
+            for b in 0..blocks {
+                self.run_block(dims, b, ctx, &mut argv);
+            }
+            return;
+        }
+        pool.install(|| {
+            (0..blocks).into_par_iter().for_each_init(
+                || (self.context(), self.arg_pointers()),
+                |(ctx, argv), b| self.run_block(dims, b, *ctx, argv),
+            );
+        });
+    }
+}

@@ -1,0 +1,133 @@
+//! Loading a host ELF shared object from memory.
+//!
+//! The bytes go into an anonymous `memfd` (sealed against writes) that is opened with
+//! `dlopen("/proc/self/fd/N")`, so no file is written anywhere. The descriptor stays open while
+//! the program is loaded, which keeps the path unique among live programs: the dynamic loader
+//! matches already-loaded libraries by path, and a reused path would hand back the previous
+//! image (the address-reuse bug of upstream's JIT cache, one layer down). If the loader keeps
+//! an image resident after `dlclose` (e.g. it has `STB_GNU_UNIQUE` symbols), the descriptor is
+//! kept open for the rest of the process so that its number, and so its path, is never reused.
+
+use offload_core::{ElfImage, Error, Result};
+use std::ffi::{CStr, CString, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Process-wide unique program ids (never reused), used to key per-thread caches.
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+/// Name of the thread-local work-item context the kernel header defines for host builds.
+pub const CONTEXT_SYMBOL: &CStr = c"__offload_host_ctx";
+
+/// A shared object loaded by the dynamic loader from a memfd.
+#[derive(Debug)]
+pub struct Program {
+    pub uid: u64,
+    handle: *mut c_void,
+    fd: Option<OwnedFd>,
+    path: CString,
+    pub image: ElfImage,
+    /// Whether the image defines the work-item context (kernels that include the header do).
+    pub has_context: bool,
+}
+
+// SAFETY: the dlopen handle may be used from any thread (the dynamic loader is thread-safe);
+// the rest is plain owned data.
+unsafe impl Send for Program {}
+// SAFETY: see `Send`; `&Program` only allows `dlsym`, which is thread-safe.
+unsafe impl Sync for Program {}
+
+fn dl_error(what: &str) -> String {
+    // SAFETY: dlerror returns null or a thread-local NUL-terminated string.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        format!("{what} failed")
+    } else {
+        // SAFETY: non-null, NUL-terminated.
+        format!("{what}: {}", unsafe { CStr::from_ptr(e) }.to_string_lossy())
+    }
+}
+
+impl Program {
+    pub fn load(bytes: &[u8], image: ElfImage) -> Result<Program> {
+        let uid = NEXT_UID.fetch_add(1, Ordering::Relaxed);
+        let name = CString::new(format!("offload-image-{uid}")).expect("no NUL in name");
+        // SAFETY: valid C string; flags are defined by the kernel ABI.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if raw < 0 {
+            return Err(Error::System(format!(
+                "memfd_create: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: `raw` is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, bytes)
+            .map_err(|e| Error::System(format!("writing image to memfd: {e}")))?;
+        let fd = OwnedFd::from(file);
+        // SAFETY: plain fcntl on our descriptor; a failure to seal is harmless.
+        unsafe {
+            libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+            );
+        }
+        let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+        // SAFETY: `path` names our memfd; RTLD_LOCAL keeps the image's symbols out of the
+        // global namespace. Running the image's initialisers is inherent to loading it.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return Err(Error::InvalidImage(dl_error("the dynamic loader rejected the image")));
+        }
+        // SAFETY: valid handle and symbol name.
+        let has_context = !unsafe { libc::dlsym(handle, CONTEXT_SYMBOL.as_ptr()) }.is_null();
+        Ok(Program {
+            uid,
+            handle,
+            fd: Some(fd),
+            path,
+            image,
+            has_context,
+        })
+    }
+
+    /// Address of a symbol defined by this image (not one of its dependencies).
+    pub fn symbol(&self, name: &str) -> Option<*mut c_void> {
+        self.image.symbol(name)?;
+        let c = CString::new(name).ok()?;
+        // SAFETY: valid handle and C string.
+        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    }
+
+    /// This thread's instance of the work-item context, if the image has one. Thread-local
+    /// symbols resolve to the calling thread's copy.
+    pub fn context_for_this_thread(&self) -> Option<*mut c_void> {
+        if !self.has_context {
+            return None;
+        }
+        // SAFETY: valid handle and symbol name.
+        let p = unsafe { libc::dlsym(self.handle, CONTEXT_SYMBOL.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: `handle` came from dlopen and is closed exactly once; nothing of this
+        // program is used after its last `Arc` is gone.
+        unsafe { libc::dlclose(self.handle) };
+        // SAFETY: RTLD_NOLOAD only asks whether the path is still resident.
+        let still = unsafe { libc::dlopen(self.path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if still.is_null() {
+            drop(self.fd.take());
+        } else {
+            // SAFETY: balance the reference RTLD_NOLOAD took.
+            unsafe { libc::dlclose(still) };
+            // Keep the descriptor (and so the path) reserved forever: see the module docs.
+            std::mem::forget(self.fd.take());
+        }
+    }
+}

@@ -1,0 +1,17 @@
+#include "offload_kernel.h"
+#include <stdint.h>
+
+/* 16 arguments of mixed types, more than fit in registers on x86-64 or aarch64, so some
+ * integers and floats travel on the stack. Each work item i writes
+ * out[i] = i * (a0 + ... ) combining every argument, so a swapped or truncated argument shows. */
+OFFLOAD_KERNEL void args16(int32_t a0, int64_t a1, float a2, double a3, int32_t a4, float a5,
+                           double a6, int64_t a7, float a8, double a9, int32_t a10, double a11,
+                           float a12, int64_t a13, double *out, int32_t n) {
+  unsigned i = offload_global_id_x();
+  if (i >= (unsigned)n)
+    return;
+  double s = (double)a0 + (double)a1 * 2.0 + (double)a2 * 3.0 + a3 * 4.0 + (double)a4 * 5.0 +
+             (double)a5 * 6.0 + a6 * 7.0 + (double)a7 * 8.0 + (double)a8 * 9.0 + a9 * 10.0 +
+             (double)a10 * 11.0 + a11 * 12.0 + (double)a12 * 13.0 + (double)a13 * 14.0;
+  out[i] = s * (double)(i + 1);
+}

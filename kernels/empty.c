@@ -1,0 +1,4 @@
+#include "offload_kernel.h"
+
+/* Does nothing: measures launch overhead. */
+OFFLOAD_KERNEL void empty(void) {}
