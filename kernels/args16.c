@@ -1,12 +1,11 @@
 #include "offload_kernel.h"
-#include <stdint.h>
 
 /* 16 arguments of mixed types, more than fit in registers on x86-64 or aarch64, so some
  * integers and floats travel on the stack. Each work item i writes
  * out[i] = i * (a0 + ... ) combining every argument, so a swapped or truncated argument shows. */
-OFFLOAD_KERNEL void args16(int32_t a0, int64_t a1, float a2, double a3, int32_t a4, float a5,
-                           double a6, int64_t a7, float a8, double a9, int32_t a10, double a11,
-                           float a12, int64_t a13, double *out, int32_t n) {
+OFFLOAD_KERNEL void args16(int a0, long long a1, float a2, double a3, int a4, float a5,
+                           double a6, long long a7, float a8, double a9, int a10, double a11,
+                           float a12, long long a13, double *out, int n) {
   unsigned i = offload_global_id_x();
   if (i >= (unsigned)n)
     return;

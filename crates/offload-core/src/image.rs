@@ -88,6 +88,15 @@ pub enum ElfEndian {
     Big,
 }
 
+impl std::fmt::Display for ElfEndian {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ElfEndian::Little => "little-endian",
+            ElfEndian::Big => "big-endian",
+        })
+    }
+}
+
 impl ElfEndian {
     /// The byte order of the CPU this code runs on.
     pub const fn host() -> Self {
@@ -299,7 +308,7 @@ impl ElfInfo {
         }
         if self.endian != ElfEndian::host() {
             return Err(Error::InvalidImage(format!(
-                "ELF data encoding is {:?}-endian (EI_DATA, offset 5); the {} plugin needs {:?}-endian",
+                "ELF data encoding is {} (EI_DATA, offset 5); the {} plugin needs {}",
                 self.endian,
                 req.plugin,
                 ElfEndian::host()

@@ -23,6 +23,6 @@ mod runtime;
 pub use discovery::{ENV_PLUGINS, ENV_PLUGIN_PATH, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs};
 pub use offload_core::{
     DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, KernelArg, KernelHandle,
-    LaunchDims, MemoryKind, Result, ScalarType,
+    LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
 pub use runtime::{Device, DeviceBuffer, PluginSlot, PluginStatus, Program, Runtime};

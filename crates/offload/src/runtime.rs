@@ -3,7 +3,7 @@
 
 use crate::discovery;
 use offload_core::abi::loader::LoadedPlugin;
-use offload_core::image::machine;
+use offload_core::image::{ElfEndian, machine};
 use offload_core::{
     DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg,
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, Result, classify,
@@ -234,8 +234,18 @@ impl Runtime {
                         .map(|p| format!("{} serves {}", s.name, machine::describe(p.elf_machine())))
                 })
                 .collect();
+            let endian_hint = if info.endian != ElfEndian::host() {
+                format!(
+                    "; note: the image is {} (EI_DATA, offset 5); read the other way round its \
+                     machine would be {}",
+                    info.endian,
+                    machine::describe(info.machine.swap_bytes())
+                )
+            } else {
+                String::new()
+            };
             return Err(Error::Unsupported(format!(
-                "no loaded plugin serves ELF machine {} ({})",
+                "no loaded plugin serves ELF machine {} ({}){endian_hint}",
                 machine::describe(info.machine),
                 if known.is_empty() { "no plugin loaded".to_string() } else { known.join("; ") }
             )));

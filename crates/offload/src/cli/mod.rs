@@ -66,10 +66,17 @@ pub fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
+            // clap explains over several lines; keep the explanation (up to the usage block)
+            // on one line.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("offload: error: {first} (see 'offload --help')");
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+                .map(str::trim)
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            eprintln!("offload: error: {message} (see 'offload --help')");
             return ExitCode::from(2);
         }
     };

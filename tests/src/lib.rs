@@ -1,0 +1,189 @@
+//! Helpers shared by the integration tests: where the built plugins and the `offload` binary
+//! are, compiling the kernels in `kernels/` with clang-19, and synthetic ELF images.
+//!
+//! The tests expect `cargo build --workspace` (or `cargo test --workspace`) to have built the
+//! plugins and the binary; a missing artefact fails with a message that says so.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The `target/<profile>` directory this test binary was built into.
+pub fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+fn require(path: PathBuf) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} does not exist: run `cargo build --workspace` before the tests (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// The `offload` executable.
+pub fn offload_bin() -> PathBuf {
+    require(build_dir().join("offload"))
+}
+
+/// The directory holding `liboffload_plugin_host.so`.
+pub fn host_plugin_dir() -> PathBuf {
+    require(build_dir().join("liboffload_plugin_host.so"));
+    build_dir()
+}
+
+/// A directory holding only the test backend, named as the runtime looks for plugins. Built
+/// once per test process (in a directory of its own, so parallel test processes never see a
+/// half-written file).
+pub fn testdev_plugin_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let lib = require(build_dir().join("liboffload_testplugin_testdev.so"));
+        let dir = build_dir().join(format!("testdev-plugin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(lib, dir.join("liboffload_plugin_testdev.so")).unwrap();
+        dir
+    })
+    .clone()
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A scratch directory unique to this process and `tag`.
+pub fn scratch(tag: &str) -> PathBuf {
+    let dir = build_dir()
+        .join("test-scratch")
+        .join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs clang-19 with `args`, panicking with its diagnostics on failure.
+pub fn clang(args: &[&str]) {
+    let out = Command::new("clang-19")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("clang-19 not runnable ({e}): run scripts/setup.sh"));
+    assert!(
+        out.status.success(),
+        "clang-19 {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Compiles `kernels/<name>.c` for the host into a shared object (cached per process).
+pub fn host_kernel(name: &str) -> PathBuf {
+    let dir = scratch("kernels");
+    let out = dir.join(format!("{name}.so"));
+    if !out.exists() {
+        let src = repo_root().join("kernels").join(format!("{name}.c"));
+        let tmp = dir.join(format!("{name}.{:?}.tmp.so", std::thread::current().id()));
+        let include = repo_root().join("include");
+        clang(&[
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Werror",
+            "-I",
+            include.to_str().unwrap(),
+            src.to_str().unwrap(),
+            "-o",
+            tmp.to_str().unwrap(),
+        ]);
+        std::fs::rename(&tmp, &out).unwrap();
+    }
+    out
+}
+
+/// Runs the `offload` binary with only the host plugin directory on its search path (plus
+/// `envs`).
+pub fn offload(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(offload_bin());
+    cmd.args(args)
+        .env_remove("OFFLOAD_PLUGIN_PATH")
+        .env_remove("OFFLOAD_PLUGINS");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run offload")
+}
+
+/// stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A runtime that sees only the host plugin of this build.
+pub fn host_runtime() -> offload::Runtime {
+    offload::Runtime::with_plugin_dirs(&[host_plugin_dir()], Some(&["host".to_string()]))
+}
+
+/// Reads a raw little-endian file of `T`-sized elements.
+pub fn read_f32s(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Little-endian bytes of a slice of `f32`.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A 64-bit little-endian ELF shared object for `machine` whose symbol table defines the given
+/// functions (bodies are `ret`-sized placeholders; only the structure matters).
+pub fn synthetic_elf(machine: u16, functions: &[&str]) -> Vec<u8> {
+    use object::write::{Object, Symbol, SymbolSection};
+    use object::{Architecture, BinaryFormat, Endianness, SymbolFlags, SymbolKind, SymbolScope};
+    let mut obj = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+    let text = obj.section_id(object::write::StandardSection::Text);
+    for (i, f) in functions.iter().enumerate() {
+        let offset = obj.append_section_data(text, &[0xc3; 16], 16);
+        assert_eq!(offset, 16 * i as u64);
+        obj.add_symbol(Symbol {
+            name: f.as_bytes().to_vec(),
+            value: offset,
+            size: 16,
+            kind: SymbolKind::Text,
+            scope: SymbolScope::Dynamic,
+            weak: false,
+            section: SymbolSection::Section(text),
+            flags: SymbolFlags::None,
+        });
+    }
+    let mut bytes = obj.write().unwrap();
+    bytes[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+    bytes[18..20].copy_from_slice(&machine.to_le_bytes());
+    bytes
+}
+
+/// Deterministic pseudo-random bytes (xorshift), for fuzz-like inputs.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
