@@ -20,7 +20,14 @@ fn main() {
     let mut tried = Vec::new();
     for cc in &candidates {
         let result = Command::new(cc)
-            .args(["-O2", "-fPIC", "-shared", "-ffp-contract=off", "-Wall", "-Werror"])
+            .args([
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-ffp-contract=off",
+                "-Wall",
+                "-Werror",
+            ])
             .arg("-I")
             .arg(root.join("include"))
             .arg(&source)
@@ -32,7 +39,10 @@ fn main() {
                 println!("cargo:rustc-env=OFFLOAD_DEMO_KERNEL_CC={cc}");
                 return;
             }
-            Ok(o) => tried.push(format!("{cc}: {}", String::from_utf8_lossy(&o.stderr).trim())),
+            Ok(o) => tried.push(format!(
+                "{cc}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
             Err(e) => tried.push(format!("{cc}: {e}")),
         }
     }

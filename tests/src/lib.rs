@@ -21,8 +21,13 @@ pub fn build_dir() -> PathBuf {
 fn require(path: PathBuf) -> PathBuf {
     assert!(
         path.exists(),
-        "{} does not exist: run `cargo build --workspace` before the tests (scripts/test.sh does)",
-        path.display()
+        "{} does not exist: run `cargo build --workspace{}` first (scripts/test.sh does)",
+        path.display(),
+        if build_dir().ends_with("release") {
+            " --release"
+        } else {
+            ""
+        }
     );
     path
 }

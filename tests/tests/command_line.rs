@@ -9,7 +9,10 @@ fn assert_one_line_error(out: &std::process::Output, status: i32, needle: &str) 
     assert_eq!(err.lines().count(), 1, "exactly one error line: {err}");
     assert!(err.starts_with("offload: error: "), "{err}");
     assert!(err.contains(needle), "'{err}' should contain '{needle}'");
-    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -19,15 +22,49 @@ fn usage_errors_exit_with_status_2() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["frobnicate"], "frobnicate"),
         (vec!["run", so], "--kernel"),
-        (vec!["run", so, "--kernel", "saxpy", "--arg", "i8:3"], "unknown type 'i8'"),
-        (vec!["run", so, "--kernel", "saxpy", "--arg", "i32:abc"], "'abc' is not a valid i32"),
-        (vec!["run", so, "--kernel", "saxpy", "--arg", "buf:f32:0"], "not a positive integer"),
-        (vec!["run", so, "--kernel", "saxpy", "--arg", "buf:f32:4:ones"], "unknown buffer initialiser 'ones'"),
-        (vec!["run", so, "--kernel", "saxpy", "--grid", "0"], "'0' is not an integer from 1"),
-        (vec!["run", so, "--kernel", "saxpy", "--block", "1,2,3,4"], "is not X[,Y[,Z]]"),
-        (vec!["run", so, "--kernel", "saxpy", "--device", "host"], "is not PLUGIN:INDEX"),
-        (vec!["run", "/nonexistent/k.so", "--kernel", "saxpy"], "cannot read image '/nonexistent/k.so'"),
-        (vec!["run", so, "--kernel", "saxpy", "--arg", "buf:f32:4:file=/nonexistent/x.bin"], "cannot read '/nonexistent/x.bin'"),
+        (
+            vec!["run", so, "--kernel", "saxpy", "--arg", "i8:3"],
+            "unknown type 'i8'",
+        ),
+        (
+            vec!["run", so, "--kernel", "saxpy", "--arg", "i32:abc"],
+            "'abc' is not a valid i32",
+        ),
+        (
+            vec!["run", so, "--kernel", "saxpy", "--arg", "buf:f32:0"],
+            "not a positive integer",
+        ),
+        (
+            vec!["run", so, "--kernel", "saxpy", "--arg", "buf:f32:4:ones"],
+            "unknown buffer initialiser 'ones'",
+        ),
+        (
+            vec!["run", so, "--kernel", "saxpy", "--grid", "0"],
+            "'0' is not an integer from 1",
+        ),
+        (
+            vec!["run", so, "--kernel", "saxpy", "--block", "1,2,3,4"],
+            "is not X[,Y[,Z]]",
+        ),
+        (
+            vec!["run", so, "--kernel", "saxpy", "--device", "host"],
+            "is not PLUGIN:INDEX",
+        ),
+        (
+            vec!["run", "/nonexistent/k.so", "--kernel", "saxpy"],
+            "cannot read image '/nonexistent/k.so'",
+        ),
+        (
+            vec![
+                "run",
+                so,
+                "--kernel",
+                "saxpy",
+                "--arg",
+                "buf:f32:4:file=/nonexistent/x.bin",
+            ],
+            "cannot read '/nonexistent/x.bin'",
+        ),
     ];
     for (args, needle) in cases {
         let out = offload(&args, &[]);
@@ -47,13 +84,25 @@ fn runtime_failures_exit_with_status_1() {
     let so = host_kernel("saxpy");
     let so = so.to_str().unwrap();
     let out = offload(&["run", so, "--kernel", "sapxy"], &[]);
-    assert_one_line_error(&out, 1, "kernel 'sapxy' is not exported by the image; exported functions: saxpy");
+    assert_one_line_error(
+        &out,
+        1,
+        "kernel 'sapxy' is not exported by the image; exported functions: saxpy",
+    );
     let out = offload(&["run", so, "--kernel", "saxpy", "--device", "cuda:0"], &[]);
     assert_one_line_error(&out, 1, "plugin 'cuda'");
     let out = offload(&["run", so, "--kernel", "saxpy", "--block", "2048"], &[]);
-    assert_one_line_error(&out, 1, "block dimension x is 2048; the device allows at most 1024");
+    assert_one_line_error(
+        &out,
+        1,
+        "block dimension x is 2048; the device allows at most 1024",
+    );
     let out = offload(&["info"], &[("OFFLOAD_HOST_THREADS", "lots")]);
-    assert!(stdout(&out).contains("OFFLOAD_HOST_THREADS='lots' is not valid"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("OFFLOAD_HOST_THREADS='lots' is not valid"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -73,9 +122,14 @@ fn demo_verifies_its_result() {
     let out = offload(&["demo"], &[]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("1000003 of 1000003 elements equal the CPU reference"), "{text}");
+    assert!(
+        text.contains("1000003 of 1000003 elements equal the CPU reference"),
+        "{text}"
+    );
     assert!(text.contains("result: PASS"), "{text}");
-    for step in ["discover", "load", "copy-in", "launch", "copy-out", "verify"] {
+    for step in [
+        "discover", "load", "copy-in", "launch", "copy-out", "verify",
+    ] {
         assert!(text.contains(step), "demo output lacks step {step}: {text}");
     }
     let out = offload(&["demo", "--n", "1"], &[]);

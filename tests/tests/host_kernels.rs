@@ -54,17 +54,27 @@ fn saxpy_one_million_and_three_through_offload_run() {
     assert_eq!(y.len(), n);
     for i in 0..n {
         let want = 1.5f32 * (i as f32) + 0.25f32;
-        assert_eq!(y[i].to_bits(), want.to_bits(), "y[{i}] = {}, want {want}", y[i]);
+        assert_eq!(
+            y[i].to_bits(),
+            want.to_bits(),
+            "y[{i}] = {}, want {want}",
+            y[i]
+        );
         assert_eq!(x[i], i as f32, "x must be unchanged");
     }
     // Scalars are dumped too.
-    assert_eq!(std::fs::read(dir.join("arg0.bin")).unwrap(), (n as i32).to_le_bytes());
+    assert_eq!(
+        std::fs::read(dir.join("arg0.bin")).unwrap(),
+        (n as i32).to_le_bytes()
+    );
 }
 
 #[test]
 fn stencil_with_two_dimensional_grid_and_block() {
     let (w, h) = (301usize, 203usize);
-    let input: Vec<f32> = (0..w * h).map(|i| ((i * 37) % 101) as f32 * 0.125).collect();
+    let input: Vec<f32> = (0..w * h)
+        .map(|i| ((i * 37) % 101) as f32 * 0.125)
+        .collect();
     let dir = dump_dir("stencil");
     let in_file = dir.join("in.bin");
     std::fs::write(&in_file, f32_bytes(&input)).unwrap();
@@ -94,7 +104,11 @@ fn stencil_with_two_dimensional_grid_and_block() {
         &[],
     );
     assert!(out.status.success(), "stderr: {}", stderr(&out));
-    assert!(stdout(&out).contains("grid 19x26x1, block 16x8x1"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("grid 19x26x1, block 16x8x1"),
+        "{}",
+        stdout(&out)
+    );
     let got = read_f32s(&dir.join("arg3.bin"));
     for y in 0..h {
         for x in 0..w {
@@ -102,9 +116,15 @@ fn stencil_with_two_dimensional_grid_and_block() {
             let want = if x == 0 || y == 0 || x == w - 1 || y == h - 1 {
                 input[i]
             } else {
-                0.2f32 * ((((input[i] + input[i - 1]) + input[i + 1]) + input[i - w]) + input[i + w])
+                0.2f32
+                    * ((((input[i] + input[i - 1]) + input[i + 1]) + input[i - w]) + input[i + w])
             };
-            assert_eq!(got[i].to_bits(), want.to_bits(), "({x},{y}): {} vs {want}", got[i]);
+            assert_eq!(
+                got[i].to_bits(),
+                want.to_bits(),
+                "({x},{y}): {} vs {want}",
+                got[i]
+            );
         }
     }
 }
@@ -130,23 +150,69 @@ fn sixteen_mixed_arguments_arrive_intact() {
         "f32:65504",
         "i64:-3",
     ];
-    let mut args = vec!["run", so.to_str().unwrap(), "--kernel", "args16", "--grid", "4", "--block", "256"];
+    let mut args = vec![
+        "run",
+        so.to_str().unwrap(),
+        "--kernel",
+        "args16",
+        "--grid",
+        "4",
+        "--block",
+        "256",
+    ];
     for s in &specs {
         args.extend(["--arg", s]);
     }
     let out_spec = format!("buf:f64:{n}:fill=-1");
     let n_spec = format!("i32:{n}");
-    args.extend(["--arg", &out_spec, "--arg", &n_spec, "--dump", dir.to_str().unwrap()]);
+    args.extend([
+        "--arg",
+        &out_spec,
+        "--arg",
+        &n_spec,
+        "--dump",
+        dir.to_str().unwrap(),
+    ]);
     let out = offload(&args, &[]);
     assert!(out.status.success(), "stderr: {}", stderr(&out));
 
-    let (a0, a1, a2, a3, a4, a5, a6) = (-7i32, -1099511627776i64, 1.25f32, -2.5e-3f64, 2147483647i32, -0.5f32, 3.75f64);
-    let (a7, a8, a9, a10, a11, a12, a13) = (9000000000i64, 1e-3f32, -1e10f64, -2147483648i32, 0.1f64, 65504f32, -3i64);
-    let s = f64::from(a0) + a1 as f64 * 2.0 + f64::from(a2) * 3.0 + a3 * 4.0 + f64::from(a4) * 5.0
-        + f64::from(a5) * 6.0 + a6 * 7.0 + a7 as f64 * 8.0 + f64::from(a8) * 9.0 + a9 * 10.0
-        + f64::from(a10) * 11.0 + a11 * 12.0 + f64::from(a12) * 13.0 + a13 as f64 * 14.0;
+    let (a0, a1, a2, a3, a4, a5, a6) = (
+        -7i32,
+        -1099511627776i64,
+        1.25f32,
+        -2.5e-3f64,
+        2147483647i32,
+        -0.5f32,
+        3.75f64,
+    );
+    let (a7, a8, a9, a10, a11, a12, a13) = (
+        9000000000i64,
+        1e-3f32,
+        -1e10f64,
+        -2147483648i32,
+        0.1f64,
+        65504f32,
+        -3i64,
+    );
+    let s = f64::from(a0)
+        + a1 as f64 * 2.0
+        + f64::from(a2) * 3.0
+        + a3 * 4.0
+        + f64::from(a4) * 5.0
+        + f64::from(a5) * 6.0
+        + a6 * 7.0
+        + a7 as f64 * 8.0
+        + f64::from(a8) * 9.0
+        + a9 * 10.0
+        + f64::from(a10) * 11.0
+        + a11 * 12.0
+        + f64::from(a12) * 13.0
+        + a13 as f64 * 14.0;
     let bytes = std::fs::read(dir.join("arg14.bin")).unwrap();
-    let got: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+    let got: Vec<f64> = bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(got.len(), n);
     for (i, g) in got.iter().enumerate() {
         let want = s * (i as f64 + 1.0);
@@ -193,7 +259,12 @@ fn atomics_from_many_blocks_at_once() {
         .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(got, want);
-    let count = u64::from_le_bytes(std::fs::read(dir.join("arg3.bin")).unwrap().try_into().unwrap());
+    let count = u64::from_le_bytes(
+        std::fs::read(dir.join("arg3.bin"))
+            .unwrap()
+            .try_into()
+            .unwrap(),
+    );
     assert_eq!(count, 5 + n as u64);
 }
 
@@ -204,13 +275,22 @@ fn every_work_item_sees_its_own_ids_in_three_dimensions() {
     let device = rt.route(&image).unwrap();
     let program = device.load(&image).unwrap();
     let kernel = program.kernel("ids").unwrap();
-    let dims = LaunchDims { grid: [3, 2, 2], block: [4, 3, 2], shared_mem_bytes: 0 };
+    let dims = LaunchDims {
+        grid: [3, 2, 2],
+        block: [4, 3, 2],
+        shared_mem_bytes: 0,
+    };
     let items = (dims.blocks() * dims.threads_per_block()) as usize;
     let buf = device.alloc_buffer((items * 12 * 4) as u64).unwrap();
-    program.launch(kernel, &dims, &[KernelArg::Ptr(buf.ptr())]).unwrap();
+    program
+        .launch(kernel, &dims, &[KernelArg::Ptr(buf.ptr())])
+        .unwrap();
     let mut raw = vec![0u8; items * 48];
     buf.read(&mut raw).unwrap();
-    let got: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    let got: Vec<u32> = raw
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     let mut seen = 0;
     for bz in 0..2u32 {
         for by in 0..2u32 {

@@ -18,20 +18,52 @@ fn patched(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
 /// (case, image, text the routed error must contain)
 fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     let full = saxpy();
-    let other = if machine::host() == machine::AARCH64 { machine::X86_64 } else { machine::AARCH64 };
+    let other = if machine::host() == machine::AARCH64 {
+        machine::X86_64
+    } else {
+        machine::AARCH64
+    };
     vec![
         ("empty", vec![], "image is empty"),
-        ("truncated inside the header", full[..40].to_vec(), "ELF64 file header needs 64"),
-        ("truncated identification", full[..10].to_vec(), "identification alone needs 16"),
-        ("truncated body", full[..full.len() / 3].to_vec(), "malformed ELF64"),
+        (
+            "truncated inside the header",
+            full[..40].to_vec(),
+            "ELF64 file header needs 64",
+        ),
+        (
+            "truncated identification",
+            full[..10].to_vec(),
+            "identification alone needs 16",
+        ),
+        (
+            "truncated body",
+            full[..full.len() / 3].to_vec(),
+            "malformed ELF64",
+        ),
         ("wrong class", patched(|b| b[4] = 1), "ELFCLASS32"),
-        ("invalid class byte", patched(|b| b[4] = 7), "EI_CLASS (offset 4) = 7"),
+        (
+            "invalid class byte",
+            patched(|b| b[4] = 7),
+            "EI_CLASS (offset 4) = 7",
+        ),
         ("wrong endianness", patched(|b| b[5] = 2), "big-endian"),
-        ("wrong machine", patched(|b| b[18..20].copy_from_slice(&other.to_le_bytes())), "no loaded plugin serves ELF machine"),
+        (
+            "wrong machine",
+            patched(|b| b[18..20].copy_from_slice(&other.to_le_bytes())),
+            "no loaded plugin serves ELF machine",
+        ),
         ("relocatable object", patched(|b| b[16] = 1), "ET_REL"),
         ("executable", patched(|b| b[16] = 2), "ET_EXEC"),
-        ("not ELF", b"#!/bin/sh\necho this is a shell script\n".to_vec(), "unknown image format"),
-        ("random bytes", random_bytes(4096, 0x5eed), "unknown image format"),
+        (
+            "not ELF",
+            b"#!/bin/sh\necho this is a shell script\n".to_vec(),
+            "unknown image format",
+        ),
+        (
+            "random bytes",
+            random_bytes(4096, 0x5eed),
+            "unknown image format",
+        ),
     ]
 }
 
@@ -40,7 +72,10 @@ fn routing_names_the_problem_for_every_malformed_image() {
     let rt = host_runtime();
     for (case, image, want) in cases() {
         let e = rt.route(&image).map(|d| d.to_string()).unwrap_err();
-        assert!(e.to_string().contains(want), "{case}: '{e}' should contain '{want}'");
+        assert!(
+            e.to_string().contains(want),
+            "{case}: '{e}' should contain '{want}'"
+        );
         assert!(
             matches!(e, Error::InvalidImage(_) | Error::Unsupported(_)),
             "{case}: unexpected kind {e:?}"
@@ -55,8 +90,15 @@ fn the_host_plugin_refuses_each_malformed_image_when_asked_directly() {
     for (case, image, want) in cases() {
         let e = device.load(&image).map(|_| ()).unwrap_err();
         assert!(matches!(e, Error::InvalidImage(_)), "{case}: {e:?}");
-        let want = if want.starts_with("no loaded plugin") { "e_machine" } else { want };
-        assert!(e.to_string().contains(want), "{case}: '{e}' should contain '{want}'");
+        let want = if want.starts_with("no loaded plugin") {
+            "e_machine"
+        } else {
+            want
+        };
+        assert!(
+            e.to_string().contains(want),
+            "{case}: '{e}' should contain '{want}'"
+        );
     }
     // The good image still loads after all that.
     device.load(&saxpy()).unwrap();
@@ -67,12 +109,23 @@ fn a_real_relocatable_object_is_refused_with_a_hint() {
     let dir = scratch("reloc");
     let obj = dir.join("saxpy.o");
     let include = repo_root().join("include");
-    clang(&["-c", "-fPIC", "-I", include.to_str().unwrap(), repo_root().join("kernels/saxpy.c").to_str().unwrap(), "-o", obj.to_str().unwrap()]);
+    clang(&[
+        "-c",
+        "-fPIC",
+        "-I",
+        include.to_str().unwrap(),
+        repo_root().join("kernels/saxpy.c").to_str().unwrap(),
+        "-o",
+        obj.to_str().unwrap(),
+    ]);
     let out = offload(&["run", obj.to_str().unwrap(), "--kernel", "saxpy"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one error line: {err}");
-    assert!(err.contains("ET_REL") && err.contains("only ET_DYN"), "{err}");
+    assert!(
+        err.contains("ET_REL") && err.contains("only ET_DYN"),
+        "{err}"
+    );
     assert!(err.contains("saxpy.o"), "the error names the image: {err}");
 }
 

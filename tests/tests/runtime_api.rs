@@ -8,7 +8,9 @@ use std::sync::Arc;
 fn read_f32(buf: &offload::DeviceBuffer, n: usize) -> Vec<f32> {
     let mut raw = vec![0u8; n * 4];
     buf.read(&mut raw).unwrap();
-    raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    raw.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -35,12 +37,21 @@ fn eight_threads_launching_concurrently_on_one_device_all_get_correct_results() 
                         .launch(
                             kernel,
                             &LaunchDims::linear(n.div_ceil(128) as u32, 128),
-                            &[KernelArg::I32(n as i32), KernelArg::F32(a), KernelArg::Ptr(dx.ptr()), KernelArg::Ptr(dy.ptr())],
+                            &[
+                                KernelArg::I32(n as i32),
+                                KernelArg::F32(a),
+                                KernelArg::Ptr(dx.ptr()),
+                                KernelArg::Ptr(dy.ptr()),
+                            ],
                         )
                         .unwrap();
                     let got = read_f32(&dy, n);
                     for i in 0..n {
-                        assert_eq!(got[i], a * x[i] + y[i], "thread {t} round {round} element {i}");
+                        assert_eq!(
+                            got[i],
+                            a * x[i] + y[i],
+                            "thread {t} round {round} element {i}"
+                        );
                     }
                 }
             });
@@ -66,36 +77,55 @@ fn a_queue_runs_copies_and_launches_in_order_asynchronously() {
     // SAFETY: every host buffer outlives the queue_synchronize below and is not touched
     // until then.
     unsafe {
-        raw.copy_to_device(dx.ptr(), x.as_ptr(), x.len(), Some(q)).unwrap();
-        raw.copy_to_device(dy.ptr(), y.as_ptr(), y.len(), Some(q)).unwrap();
+        raw.copy_to_device(dx.ptr(), x.as_ptr(), x.len(), Some(q))
+            .unwrap();
+        raw.copy_to_device(dy.ptr(), y.as_ptr(), y.len(), Some(q))
+            .unwrap();
         for _ in 0..3 {
             raw.launch(
                 kernel,
                 &LaunchDims::linear(n.div_ceil(64) as u32, 64),
-                &[KernelArg::I32(n as i32), KernelArg::F32(2.0), KernelArg::Ptr(dx.ptr()), KernelArg::Ptr(dy.ptr())],
+                &[
+                    KernelArg::I32(n as i32),
+                    KernelArg::F32(2.0),
+                    KernelArg::Ptr(dx.ptr()),
+                    KernelArg::Ptr(dy.ptr()),
+                ],
                 Some(q),
             )
             .unwrap();
         }
-        raw.copy_from_device(out.as_mut_ptr(), dy.ptr(), out.len(), Some(q)).unwrap();
+        raw.copy_from_device(out.as_mut_ptr(), dy.ptr(), out.len(), Some(q))
+            .unwrap();
     }
     raw.queue_synchronize(q).unwrap();
-    let got: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let got: Vec<f32> = out
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     for (i, g) in got.iter().enumerate() {
         assert_eq!(*g, 1.0 + 6.0 * i as f32, "element {i}");
     }
     // A failure on the queue is reported by synchronize, and later work is skipped.
     // SAFETY: as above.
     unsafe {
-        raw.copy_to_device(dx.ptr(), x.as_ptr(), x.len() + 4, Some(q)).unwrap();
-        raw.copy_from_device(out.as_mut_ptr(), dy.ptr(), 4, Some(q)).unwrap();
+        raw.copy_to_device(dx.ptr(), x.as_ptr(), x.len() + 4, Some(q))
+            .unwrap();
+        raw.copy_from_device(out.as_mut_ptr(), dy.ptr(), 4, Some(q))
+            .unwrap();
     }
     let e = raw.queue_synchronize(q).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
-    assert!(e.to_string().contains("not inside any live allocation"), "{e}");
+    assert!(
+        e.to_string().contains("not inside any live allocation"),
+        "{e}"
+    );
     raw.queue_destroy(q).unwrap();
     assert!(matches!(raw.queue_synchronize(q), Err(Error::NotFound(_))));
-    assert!(matches!(raw.queue_synchronize(QueueHandle(987_654)), Err(Error::NotFound(_))));
+    assert!(matches!(
+        raw.queue_synchronize(QueueHandle(987_654)),
+        Err(Error::NotFound(_))
+    ));
 }
 
 #[test]
@@ -106,22 +136,44 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
     let program = device.load(&image).unwrap();
     let kernel = program.kernel("saxpy").unwrap();
     let buf = device.alloc_buffer(64).unwrap();
-    let args = |p: u64| [KernelArg::I32(16), KernelArg::F32(1.0), KernelArg::Ptr(buf.ptr()), KernelArg::Ptr(offload::DevicePtr(p))];
-    let e = program.launch(kernel, &LaunchDims::linear(1, 16), &args(0xdead_0000)).unwrap_err();
+    let args = |p: u64| {
+        [
+            KernelArg::I32(16),
+            KernelArg::F32(1.0),
+            KernelArg::Ptr(buf.ptr()),
+            KernelArg::Ptr(offload::DevicePtr(p)),
+        ]
+    };
+    let e = program
+        .launch(kernel, &LaunchDims::linear(1, 16), &args(0xdead_0000))
+        .unwrap_err();
     assert!(e.to_string().contains("argument 3"), "{e}");
-    let e = program.launch(kernel, &LaunchDims::linear(0, 16), &args(buf.ptr().0)).unwrap_err();
+    let e = program
+        .launch(kernel, &LaunchDims::linear(0, 16), &args(buf.ptr().0))
+        .unwrap_err();
     assert!(e.to_string().contains("grid dimension x is 0"), "{e}");
-    let e = program.launch(kernel, &LaunchDims::linear(1, 2048), &args(buf.ptr().0)).unwrap_err();
+    let e = program
+        .launch(kernel, &LaunchDims::linear(1, 2048), &args(buf.ptr().0))
+        .unwrap_err();
     assert!(e.to_string().contains("at most 1024"), "{e}");
     assert!(buf.write(&[0u8; 65]).is_err());
-    let e = device.raw().free(offload::DevicePtr(buf.ptr().0 + 8)).unwrap_err();
-    assert!(e.to_string().contains("not the start of a live allocation"), "{e}");
+    let e = device
+        .raw()
+        .free(offload::DevicePtr(buf.ptr().0 + 8))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("not the start of a live allocation"),
+        "{e}"
+    );
     let e = program.kernel("nope").unwrap_err();
     assert!(matches!(e, Error::NotFound(_)), "{e}");
     assert!(e.to_string().contains("exported functions: saxpy"), "{e}");
     // Functions the image merely imports (from libc) are not kernels.
     assert!(program.kernel("memcpy").is_err());
-    let e = device.raw().alloc(u64::MAX / 2, offload::MemoryKind::Device).unwrap_err();
+    let e = device
+        .raw()
+        .alloc(u64::MAX / 2, offload::MemoryKind::Device)
+        .unwrap_err();
     assert!(matches!(e, Error::OutOfMemory(_)), "{e}");
 }
 
@@ -136,10 +188,14 @@ fn a_new_image_at_a_freed_images_address_runs_its_own_kernels() {
     let run = |image: &[u8]| -> Vec<u32> {
         let program = device.load(image).unwrap();
         let k = program.kernel("which").unwrap();
-        program.launch(k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())]).unwrap();
+        program
+            .launch(k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())])
+            .unwrap();
         let mut raw = vec![0u8; 256];
         out.read(&mut raw).unwrap();
-        raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+        raw.chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     };
     for round in 0..20 {
         bytes.clear();
@@ -151,7 +207,11 @@ fn a_new_image_at_a_freed_images_address_runs_its_own_kernels() {
         assert_eq!(bytes.as_ptr(), addr, "B must be loaded from A's address");
         let got = run(&bytes);
         for (i, v) in got.iter().enumerate() {
-            assert_eq!(*v, 0xBBBB + i as u32, "round {round}: B's kernel must run, never A's");
+            assert_eq!(
+                *v,
+                0xBBBB + i as u32,
+                "round {round}: B's kernel must run, never A's"
+            );
         }
     }
 }
@@ -163,18 +223,54 @@ fn several_host_devices_are_independent() {
     let out = offload(&["info", "--json"], &[("OFFLOAD_HOST_DEVICES", "3")]);
     assert!(out.status.success(), "{}", stderr(&out));
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let host = json["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "host").unwrap();
+    let host = json["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "host")
+        .unwrap();
     assert_eq!(host["devices"].as_array().unwrap().len(), 3);
     let so = host_kernel("saxpy");
     let out = offload(
-        &["run", so.to_str().unwrap(), "--kernel", "saxpy", "--device", "host:2", "--arg", "i32:4", "--arg", "f32:2", "--arg", "buf:f32:4:iota", "--arg", "buf:f32:4:fill=1", "--block", "4", "--json"],
+        &[
+            "run",
+            so.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--device",
+            "host:2",
+            "--arg",
+            "i32:4",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:4:iota",
+            "--arg",
+            "buf:f32:4:fill=1",
+            "--block",
+            "4",
+            "--json",
+        ],
         &[("OFFLOAD_HOST_DEVICES", "3")],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(json["device"], "host:2");
-    assert_eq!(json["buffers"][1]["head"], serde_json::json!([1.0, 3.0, 5.0, 7.0]));
-    let out = offload(&["run", so.to_str().unwrap(), "--kernel", "saxpy", "--device", "host:3"], &[("OFFLOAD_HOST_DEVICES", "3")]);
+    assert_eq!(
+        json["buffers"][1]["head"],
+        serde_json::json!([1.0, 3.0, 5.0, 7.0])
+    );
+    let out = offload(
+        &[
+            "run",
+            so.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--device",
+            "host:3",
+        ],
+        &[("OFFLOAD_HOST_DEVICES", "3")],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("has 3 devices"), "{}", stderr(&out));
 }

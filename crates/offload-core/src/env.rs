@@ -82,7 +82,10 @@ mod tests {
         let (a, b) = ("OFFLOAD_CORE_ENV_TEST_A", "OFFLOAD_CORE_ENV_TEST_B");
         // SAFETY: unique variables for this test.
         unsafe { std::env::set_var(b, "5") };
-        assert_eq!(raw(&[a, b]).unwrap(), Some((b.to_string(), "5".to_string())));
+        assert_eq!(
+            raw(&[a, b]).unwrap(),
+            Some((b.to_string(), "5".to_string()))
+        );
         // SAFETY: as above.
         unsafe { std::env::set_var(a, "4") };
         assert_eq!(raw(&[a, b]).unwrap().unwrap().1, "4");

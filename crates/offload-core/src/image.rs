@@ -384,7 +384,11 @@ impl ElfImage {
             let mut words = vec![0u64; bytes.len().div_ceil(8)];
             // SAFETY: `words` owns at least `bytes.len()` bytes; u64 has no invalid bit patterns.
             unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len());
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    words.as_mut_ptr().cast::<u8>(),
+                    bytes.len(),
+                );
             }
             aligned = words;
             // SAFETY: the first `bytes.len()` bytes of `aligned` were just initialised.
@@ -521,7 +525,10 @@ mod tests {
             (vec![], "empty"),
             (b"hello world".to_vec(), "unknown image format"),
             (ELF_MAGIC.to_vec(), "truncated ELF: 4 bytes"),
-            (elf64_header(62, 3)[..40].to_vec(), "ELF64 file header needs 64"),
+            (
+                elf64_header(62, 3)[..40].to_vec(),
+                "ELF64 file header needs 64",
+            ),
             (
                 {
                     let mut h = elf64_header(62, 3);
@@ -565,12 +572,21 @@ mod tests {
             ImageKind::Elf(i) => i,
             _ => unreachable!(),
         };
-        let e = info(machine::AMDGPU, elf_type::DYN).require(&req).unwrap_err();
+        let e = info(machine::AMDGPU, elf_type::DYN)
+            .require(&req)
+            .unwrap_err();
         assert!(e.to_string().contains("EM_AMDGPU (224)"), "{e}");
-        let e = info(machine::X86_64, elf_type::REL).require(&req).unwrap_err();
+        let e = info(machine::X86_64, elf_type::REL)
+            .require(&req)
+            .unwrap_err();
         assert!(e.to_string().contains("ET_REL"), "{e}");
         let mut i = info(machine::X86_64, elf_type::DYN);
         i.class = ElfClass::Elf32;
-        assert!(i.require(&req).unwrap_err().to_string().contains("ELFCLASS32"));
+        assert!(
+            i.require(&req)
+                .unwrap_err()
+                .to_string()
+                .contains("ELFCLASS32")
+        );
     }
 }

@@ -15,10 +15,9 @@ impl DevicePtr {
 
     /// `self + bytes`, or an error on overflow.
     pub fn offset(self, bytes: u64) -> Result<DevicePtr> {
-        self.0
-            .checked_add(bytes)
-            .map(DevicePtr)
-            .ok_or_else(|| Error::InvalidArgument(format!("device pointer {self} + {bytes} overflows")))
+        self.0.checked_add(bytes).map(DevicePtr).ok_or_else(|| {
+            Error::InvalidArgument(format!("device pointer {self} + {bytes} overflows"))
+        })
     }
 }
 
@@ -359,7 +358,12 @@ mod tests {
         let packed = KernelArg::pack(&args[..3]);
         assert_eq!(packed.len(), 4 + 4 + 8 + 4);
         assert_eq!(&packed[8..16], &2.5f64.to_le_bytes());
-        assert!(KernelArg::from_bits(99, 0, 4).unwrap_err().to_string().contains("argument 4"));
+        assert!(
+            KernelArg::from_bits(99, 0, 4)
+                .unwrap_err()
+                .to_string()
+                .contains("argument 4")
+        );
     }
 
     #[test]
@@ -371,7 +375,10 @@ mod tests {
             warp_size: 1,
         };
         assert!(LaunchDims::linear(10, 64).validate(&limits).is_ok());
-        let e = LaunchDims::linear(0, 1).validate(&limits).unwrap_err().to_string();
+        let e = LaunchDims::linear(0, 1)
+            .validate(&limits)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("grid dimension x is 0"), "{e}");
         let mut d = LaunchDims::linear(1, 64);
         d.block[1] = 4;
@@ -379,6 +386,11 @@ mod tests {
         assert!(e.contains("256 threads"), "{e}");
         d.block[1] = 1;
         d.grid[2] = 2;
-        assert!(d.validate(&limits).unwrap_err().to_string().contains("grid dimension z is 2"));
+        assert!(
+            d.validate(&limits)
+                .unwrap_err()
+                .to_string()
+                .contains("grid dimension z is 2")
+        );
     }
 }

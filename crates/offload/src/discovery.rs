@@ -16,7 +16,12 @@ pub const PLUGIN_SUFFIX: &str = ".so";
 pub fn default_plugin_dirs() -> Result<Vec<PathBuf>> {
     let mut dirs = Vec::new();
     if let Some((_, value)) = offload_core::env::raw(&[ENV_PLUGIN_PATH])? {
-        dirs.extend(value.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
+        dirs.extend(
+            value
+                .split(':')
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+        );
     }
     if let Some(exe_dir) = std::env::current_exe()
         .ok()
@@ -97,8 +102,14 @@ mod tests {
         std::fs::write(b.join("unrelated.so"), b"").unwrap();
         let found = find_plugins(&[a.clone(), b.clone(), base.join("missing")]);
         assert_eq!(found.len(), 2);
-        assert_eq!(found[0], ("x".to_string(), a.join("liboffload_plugin_x.so")));
-        assert_eq!(found[1], ("y".to_string(), b.join("liboffload_plugin_y.so")));
+        assert_eq!(
+            found[0],
+            ("x".to_string(), a.join("liboffload_plugin_x.so"))
+        );
+        assert_eq!(
+            found[1],
+            ("y".to_string(), b.join("liboffload_plugin_y.so"))
+        );
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -20,7 +20,9 @@
 mod discovery;
 mod runtime;
 
-pub use discovery::{ENV_PLUGINS, ENV_PLUGIN_PATH, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs};
+pub use discovery::{
+    ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs,
+};
 pub use offload_core::{
     DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, KernelArg, KernelHandle,
     LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,

@@ -5,8 +5,8 @@ use crate::discovery;
 use offload_core::abi::loader::LoadedPlugin;
 use offload_core::image::{ElfEndian, machine};
 use offload_core::{
-    DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg,
-    KernelHandle, LaunchDims, MemoryKind, ProgramHandle, Result, classify,
+    DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg, KernelHandle,
+    LaunchDims, MemoryKind, ProgramHandle, Result, classify,
 };
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -112,7 +112,9 @@ impl PluginSlot {
 
     /// Device `index` of this plugin.
     pub fn device(&self, index: usize) -> Result<Device> {
-        let count = self.device_count().map_err(|e| e.context(format!("plugin '{}'", self.name)))?;
+        let count = self
+            .device_count()
+            .map_err(|e| e.context(format!("plugin '{}'", self.name)))?;
         if index >= count {
             return Err(Error::NotFound(format!(
                 "device {}:{index}: plugin '{}' has {count} device{}",
@@ -197,7 +199,11 @@ impl Runtime {
             let known: Vec<&str> = self.slots.iter().map(|s| s.name.as_str()).collect();
             Error::NotFound(format!(
                 "plugin '{name}' (found: {})",
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
             ))
         })
     }
@@ -230,8 +236,9 @@ impl Runtime {
                 .slots
                 .iter()
                 .filter_map(|s| {
-                    s.plugin()
-                        .map(|p| format!("{} serves {}", s.name, machine::describe(p.elf_machine())))
+                    s.plugin().map(|p| {
+                        format!("{} serves {}", s.name, machine::describe(p.elf_machine()))
+                    })
                 })
                 .collect();
             let endian_hint = if info.endian != ElfEndian::host() {
@@ -247,7 +254,11 @@ impl Runtime {
             return Err(Error::Unsupported(format!(
                 "no loaded plugin serves ELF machine {} ({}){endian_hint}",
                 machine::describe(info.machine),
-                if known.is_empty() { "no plugin loaded".to_string() } else { known.join("; ") }
+                if known.is_empty() {
+                    "no plugin loaded".to_string()
+                } else {
+                    known.join("; ")
+                }
             )));
         }
         let mut first_error = None;
@@ -367,7 +378,12 @@ impl Program {
     }
 
     /// Launches a kernel synchronously.
-    pub fn launch(&self, kernel: KernelHandle, dims: &LaunchDims, args: &[KernelArg]) -> Result<()> {
+    pub fn launch(
+        &self,
+        kernel: KernelHandle,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
         self.device.inner.launch(kernel, dims, args, None)
     }
 }

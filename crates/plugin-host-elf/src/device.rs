@@ -45,7 +45,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn physical_memory() -> u64 {
     // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     if pages > 0 && page > 0 {
         pages as u64 * page as u64
     } else {
@@ -100,13 +105,18 @@ impl HostDevice {
     }
 
     fn queue(&self, q: QueueHandle) -> Result<Arc<Queue>> {
-        lock(&self.queues).get(&q.0).cloned().ok_or_else(|| {
-            Error::NotFound(format!("queue {} on host device {}", q.0, self.index))
-        })
+        lock(&self.queues)
+            .get(&q.0)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("queue {} on host device {}", q.0, self.index)))
     }
 
     /// Runs `job` now, or on `queue` in order with its other work.
-    fn run(&self, queue: Option<QueueHandle>, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    fn run(
+        &self,
+        queue: Option<QueueHandle>,
+        job: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<()> {
         match queue {
             None => job(),
             Some(q) => self.queue(q)?.submit(Box::new(job)),
@@ -145,7 +155,12 @@ impl GenericDevice for HostDevice {
         let handle = self.handle();
         {
             let mut memory = lock(&self.memory);
-            for s in program.image.symbols.iter().filter(|s| !s.is_function && s.size > 0) {
+            for s in program
+                .image
+                .symbols
+                .iter()
+                .filter(|s| !s.is_function && s.size > 0)
+            {
                 if let Some(p) = program.symbol(&s.name) {
                     memory.add_global(p as u64, s.size, handle);
                 }
@@ -170,9 +185,15 @@ impl GenericDevice for HostDevice {
     }
 
     fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
-        let p = lock(&self.programs).get(&program.0).cloned().ok_or_else(|| {
-            Error::NotFound(format!("program {} on host device {}", program.0, self.index))
-        })?;
+        let p = lock(&self.programs)
+            .get(&program.0)
+            .cloned()
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "program {} on host device {}",
+                    program.0, self.index
+                ))
+            })?;
         let is_function = p.image.symbol(name).map(|s| s.is_function);
         let func = match (is_function, p.symbol(name)) {
             (Some(true), Some(func)) => func,
@@ -186,7 +207,11 @@ impl GenericDevice for HostDevice {
                 names.sort_unstable();
                 return Err(Error::NotFound(format!(
                     "kernel '{name}' is not exported by the image; exported functions: {}",
-                    if names.is_empty() { "(none)".to_string() } else { names.join(", ") }
+                    if names.is_empty() {
+                        "(none)".to_string()
+                    } else {
+                        names.join(", ")
+                    }
                 )));
             }
         };
@@ -204,15 +229,23 @@ impl GenericDevice for HostDevice {
     }
 
     fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
-        let p = lock(&self.programs).get(&program.0).cloned().ok_or_else(|| {
-            Error::NotFound(format!("program {} on host device {}", program.0, self.index))
-        })?;
+        let p = lock(&self.programs)
+            .get(&program.0)
+            .cloned()
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "program {} on host device {}",
+                    program.0, self.index
+                ))
+            })?;
         match (p.image.symbol(name), p.symbol(name)) {
             (Some(s), Some(addr)) if !s.is_function => Ok(GlobalSymbol {
                 ptr: DevicePtr(addr as u64),
                 size: s.size,
             }),
-            _ => Err(Error::NotFound(format!("global '{name}' is not exported by the image"))),
+            _ => Err(Error::NotFound(format!(
+                "global '{name}' is not exported by the image"
+            ))),
         }
     }
 
@@ -308,8 +341,13 @@ impl GenericDevice for HostDevice {
                 _ => None,
             })
             .collect();
-        let (memory, pool, dims, index, name) =
-            (self.memory.clone(), self.pool.clone(), *dims, self.index, k.name.clone());
+        let (memory, pool, dims, index, name) = (
+            self.memory.clone(),
+            self.pool.clone(),
+            *dims,
+            self.index,
+            k.name.clone(),
+        );
         self.run(queue, move || {
             {
                 let m = lock(&memory);

@@ -46,7 +46,9 @@ pub struct PreparedCall {
 
 impl std::fmt::Debug for PreparedCall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreparedCall").field("args", &self.slots.len()).finish()
+        f.debug_struct("PreparedCall")
+            .field("args", &self.slots.len())
+            .finish()
     }
 }
 
@@ -72,7 +74,12 @@ impl PreparedCall {
                 KernelArg::U64(v) => (Type::u64(), Slot { u64: v }),
                 KernelArg::F32(v) => (Type::f32(), Slot { f32: v }),
                 KernelArg::F64(v) => (Type::f64(), Slot { f64: v }),
-                KernelArg::Ptr(p) => (Type::pointer(), Slot { ptr: p.0 as *mut c_void }),
+                KernelArg::Ptr(p) => (
+                    Type::pointer(),
+                    Slot {
+                        ptr: p.0 as *mut c_void,
+                    },
+                ),
             };
             types.push(ty);
             slots.push(slot);
@@ -95,7 +102,13 @@ impl PreparedCall {
     }
 
     /// Runs all work items of one block on the calling thread.
-    fn run_block(&self, dims: &LaunchDims, block: u64, ctx: Option<*mut HostContext>, argv: &mut [*mut c_void]) {
+    fn run_block(
+        &self,
+        dims: &LaunchDims,
+        block: u64,
+        ctx: Option<*mut HostContext>,
+        argv: &mut [*mut c_void],
+    ) {
         let [gx, gy, _] = dims.grid.map(u64::from);
         let block_id = [
             (block % gx) as u32,

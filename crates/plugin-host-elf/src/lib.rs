@@ -87,7 +87,9 @@ impl GenericPlugin for HostPlugin {
             .num_threads(threads as usize)
             .thread_name(|i| format!("offload-host-{i}"))
             .build()
-            .map_err(|e| Error::System(format!("cannot start {threads} host worker threads: {e}")))?;
+            .map_err(|e| {
+                Error::System(format!("cannot start {threads} host worker threads: {e}"))
+            })?;
         let pool = Arc::new(pool);
         let devices = (0..count as usize)
             .map(|i| Arc::new(HostDevice::new(i, pool.clone(), threads)))

@@ -126,7 +126,15 @@ mod tests {
         assert!(m.check(DevicePtr(8), 1, "t", 0).is_err());
         assert!(m.free(p.offset(1).unwrap(), 0).is_err());
         m.free(p, 0).unwrap();
-        assert!(m.free(p, 0).unwrap_err().to_string().contains("double free"));
-        assert!(matches!(m.alloc(2 << 20, 1 << 20, 0), Err(Error::OutOfMemory(_))));
+        assert!(
+            m.free(p, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("double free")
+        );
+        assert!(matches!(
+            m.alloc(2 << 20, 1 << 20, 0),
+            Err(Error::OutOfMemory(_))
+        ));
     }
 }

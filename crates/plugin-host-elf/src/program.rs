@@ -53,7 +53,9 @@ impl Program {
         let uid = NEXT_UID.fetch_add(1, Ordering::Relaxed);
         let name = CString::new(format!("offload-image-{uid}")).expect("no NUL in name");
         // SAFETY: valid C string; flags are defined by the kernel ABI.
-        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        let raw = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
         if raw < 0 {
             return Err(Error::System(format!(
                 "memfd_create: {}",
@@ -79,7 +81,9 @@ impl Program {
         // global namespace. Running the image's initialisers is inherent to loading it.
         let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if handle.is_null() {
-            return Err(Error::InvalidImage(dl_error("the dynamic loader rejected the image")));
+            return Err(Error::InvalidImage(dl_error(
+                "the dynamic loader rejected the image",
+            )));
         }
         // SAFETY: valid handle and symbol name.
         let has_context = !unsafe { libc::dlsym(handle, CONTEXT_SYMBOL.as_ptr()) }.is_null();

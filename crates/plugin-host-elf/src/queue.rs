@@ -116,7 +116,8 @@ mod tests {
         assert_eq!(*log.lock().unwrap(), (0..50).collect::<Vec<_>>());
 
         let ran = Arc::new(AtomicU32::new(0));
-        q.submit(Box::new(|| Err(Error::DeviceFailure("boom".into())))).unwrap();
+        q.submit(Box::new(|| Err(Error::DeviceFailure("boom".into()))))
+            .unwrap();
         let r = ran.clone();
         q.submit(Box::new(move || {
             r.fetch_add(1, Ordering::SeqCst);

@@ -56,7 +56,8 @@ impl GenericPlugin for TestPlugin {
             "init-error" => {
                 return Err(Error::Driver {
                     code: 999,
-                    message: "testdev driver refused to start (OFFLOAD_TESTDEV_MODE=init-error)".into(),
+                    message: "testdev driver refused to start (OFFLOAD_TESTDEV_MODE=init-error)"
+                        .into(),
                 });
             }
             "no-devices" => return Ok(0),
@@ -65,7 +66,11 @@ impl GenericPlugin for TestPlugin {
         let n = offload_core::env::u32_in_range(&["OFFLOAD_TESTDEV_DEVICES"], 0, 16, 2)?;
         Ok(self
             .devices
-            .get_or_init(|| (0..n as usize).map(|i| Arc::new(TestDevice::new(i))).collect())
+            .get_or_init(|| {
+                (0..n as usize)
+                    .map(|i| Arc::new(TestDevice::new(i)))
+                    .collect()
+            })
             .len())
     }
     fn check_image(&self, image: &[u8]) -> Result<()> {
@@ -105,7 +110,9 @@ impl TestDevice {
             .ok_or_else(|| Error::InvalidArgument(format!("testdev: {ptr} is not allocated")))?;
         let off = (ptr.0 - start) as usize;
         if off as u64 + len > buf.len() as u64 {
-            return Err(Error::InvalidArgument(format!("testdev: {ptr}..+{len} is out of bounds")));
+            return Err(Error::InvalidArgument(format!(
+                "testdev: {ptr}..+{len} is out of bounds"
+            )));
         }
         Ok(f(&mut buf[off..off + len as usize]))
     }
@@ -153,19 +160,26 @@ impl GenericDevice for TestDevice {
             .get(&program.0)
             .ok_or_else(|| Error::NotFound(format!("testdev program {}", program.0)))?;
         if !image.symbol(name).is_some_and(|s| s.is_function) {
-            return Err(Error::NotFound(format!("kernel '{name}' is not in the testdev image")));
+            return Err(Error::NotFound(format!(
+                "kernel '{name}' is not in the testdev image"
+            )));
         }
         let h = self.next.fetch_add(1, Ordering::Relaxed);
         self.kernels.lock().unwrap().insert(h, name.to_string());
         Ok(KernelHandle(h))
     }
     fn global(&self, _program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
-        Err(Error::Unsupported(format!("testdev has no globals ('{name}')")))
+        Err(Error::Unsupported(format!(
+            "testdev has no globals ('{name}')"
+        )))
     }
     fn alloc(&self, size: u64, _kind: MemoryKind) -> Result<DevicePtr> {
         // Addresses are spaced 1 GiB apart so that out-of-bounds offsets never alias.
         let addr = self.next.fetch_add(1, Ordering::Relaxed) << 30;
-        self.memory.lock().unwrap().insert(addr, vec![0; size as usize]);
+        self.memory
+            .lock()
+            .unwrap()
+            .insert(addr, vec![0; size as usize]);
         Ok(DevicePtr(addr))
     }
     fn free(&self, ptr: DevicePtr) -> Result<()> {
@@ -176,21 +190,45 @@ impl GenericDevice for TestDevice {
             .map(|_| ())
             .ok_or_else(|| Error::InvalidArgument(format!("testdev: free of unallocated {ptr}")))
     }
-    unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, len: usize, _q: Option<QueueHandle>) -> Result<()> {
+    unsafe fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        _q: Option<QueueHandle>,
+    ) -> Result<()> {
         // SAFETY: `src` is valid for `len` bytes by the trait contract.
         let src = unsafe { std::slice::from_raw_parts(src, len) };
         self.with_range(dst, len as u64, |d| d.copy_from_slice(src))
     }
-    unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, len: usize, _q: Option<QueueHandle>) -> Result<()> {
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        _q: Option<QueueHandle>,
+    ) -> Result<()> {
         // SAFETY: `dst` is valid for `len` bytes by the trait contract.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
         self.with_range(src, len as u64, |s| dst.copy_from_slice(s))
     }
-    fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, len: u64, _q: Option<QueueHandle>) -> Result<()> {
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        _q: Option<QueueHandle>,
+    ) -> Result<()> {
         let data = self.with_range(src, len, |s| s.to_vec())?;
         self.with_range(dst, len, |d| d.copy_from_slice(&data))
     }
-    fn launch(&self, kernel: KernelHandle, dims: &LaunchDims, args: &[KernelArg], _q: Option<QueueHandle>) -> Result<()> {
+    fn launch(
+        &self,
+        kernel: KernelHandle,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        _q: Option<QueueHandle>,
+    ) -> Result<()> {
         let name = self
             .kernels
             .lock()
@@ -250,7 +288,10 @@ pub extern "C" fn offload_plugin_entry() -> *const offload_core::abi::PluginTabl
     // SAFETY: a non-null table from `entry` is a valid, static table.
     let good = unsafe { &*table };
     let damaged = |f: &dyn Fn(&mut offload_core::abi::AbiHeader)| {
-        let mut copy = offload_core::abi::PluginTable { header: clone_header(&good.header), ..*good };
+        let mut copy = offload_core::abi::PluginTable {
+            header: clone_header(&good.header),
+            ..*good
+        };
         f(&mut copy.header);
         Box::leak(Box::new(copy)) as *const _
     };

@@ -6,8 +6,8 @@
 //! images must be non-empty and pointers non-null, and every panic is caught.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiHeader, AbiKernelArg,
-    AbiLaunchDims, AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiHeader, AbiKernelArg, AbiLaunchDims,
+    AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
 };
 use crate::error::{Error, Result};
 use crate::traits::{GenericDevice, GenericPlugin};
@@ -206,7 +206,13 @@ unsafe fn guarded(ctx: Ctx, err: Err, f: impl FnOnce(&Exported) -> Result<()>) -
                 unsafe {
                     let sink = &*err;
                     let msg = e.message();
-                    (sink.set)(sink.ctx, e.kind() as u32, e.native_code(), msg.as_ptr(), msg.len());
+                    (sink.set)(
+                        sink.ctx,
+                        e.kind() as u32,
+                        e.native_code(),
+                        msg.as_ptr(),
+                        msg.len(),
+                    );
                 }
             }
             1
@@ -221,7 +227,9 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize, what: &str) -> Result<&'a [u8]> 
         return Ok(&[]);
     }
     if ptr.is_null() {
-        return Err(Error::InvalidArgument(format!("{what} is a null pointer with length {len}")));
+        return Err(Error::InvalidArgument(format!(
+            "{what} is a null pointer with length {len}"
+        )));
     }
     // SAFETY: non-null and valid for `len` bytes per the contract.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
@@ -428,7 +436,9 @@ unsafe extern "C" fn abi_free(ctx: Ctx, dev: u32, ptr: u64, err: Err) -> i32 {
     unsafe {
         guarded(ctx, err, |s| {
             if ptr == 0 {
-                return Err(Error::InvalidArgument("free of a null device pointer".into()));
+                return Err(Error::InvalidArgument(
+                    "free of a null device pointer".into(),
+                ));
             }
             s.device(dev)?.device.free(DevicePtr(ptr))
         })
@@ -452,7 +462,9 @@ unsafe extern "C" fn abi_copy_to_device(
                 return Ok(());
             }
             if src.is_null() || dst == 0 {
-                return Err(Error::InvalidArgument("copy to device with a null pointer".into()));
+                return Err(Error::InvalidArgument(
+                    "copy to device with a null pointer".into(),
+                ));
             }
             s.device(dev)?
                 .device
@@ -477,7 +489,9 @@ unsafe extern "C" fn abi_copy_from_device(
                 return Ok(());
             }
             if dst.is_null() || src == 0 {
-                return Err(Error::InvalidArgument("copy from device with a null pointer".into()));
+                return Err(Error::InvalidArgument(
+                    "copy from device with a null pointer".into(),
+                ));
             }
             s.device(dev)?
                 .device
@@ -502,11 +516,16 @@ unsafe extern "C" fn abi_copy_device_to_device(
                 return Ok(());
             }
             if dst == 0 || src == 0 {
-                return Err(Error::InvalidArgument("device copy with a null pointer".into()));
+                return Err(Error::InvalidArgument(
+                    "device copy with a null pointer".into(),
+                ));
             }
-            s.device(dev)?
-                .device
-                .copy_device_to_device(DevicePtr(dst), DevicePtr(src), len, queue(q))
+            s.device(dev)?.device.copy_device_to_device(
+                DevicePtr(dst),
+                DevicePtr(src),
+                len,
+                queue(q),
+            )
         })
     }
 }
@@ -525,7 +544,9 @@ unsafe extern "C" fn abi_launch(
     unsafe {
         guarded(ctx, err, |s| {
             if dims.is_null() {
-                return Err(Error::InvalidArgument("launch dimensions pointer is null".into()));
+                return Err(Error::InvalidArgument(
+                    "launch dimensions pointer is null".into(),
+                ));
             }
             let d = &*dims;
             let dims = LaunchDims {
@@ -549,7 +570,8 @@ unsafe extern "C" fn abi_launch(
                 .collect::<Result<Vec<_>>>()?;
             let slot = s.device(dev)?;
             dims.validate(&slot.info()?.limits)?;
-            slot.device.launch(KernelHandle(kernel), &dims, &args, queue(q))
+            slot.device
+                .launch(KernelHandle(kernel), &dims, &args, queue(q))
         })
     }
 }
@@ -571,10 +593,18 @@ unsafe extern "C" fn abi_queue_create(ctx: Ctx, dev: u32, out: *mut u64, err: Er
 
 unsafe extern "C" fn abi_queue_synchronize(ctx: Ctx, dev: u32, q: u64, err: Err) -> i32 {
     // SAFETY: ABI contract.
-    unsafe { guarded(ctx, err, |s| s.device(dev)?.device.queue_synchronize(QueueHandle(q))) }
+    unsafe {
+        guarded(ctx, err, |s| {
+            s.device(dev)?.device.queue_synchronize(QueueHandle(q))
+        })
+    }
 }
 
 unsafe extern "C" fn abi_queue_destroy(ctx: Ctx, dev: u32, q: u64, err: Err) -> i32 {
     // SAFETY: ABI contract.
-    unsafe { guarded(ctx, err, |s| s.device(dev)?.device.queue_destroy(QueueHandle(q))) }
+    unsafe {
+        guarded(ctx, err, |s| {
+            s.device(dev)?.device.queue_destroy(QueueHandle(q))
+        })
+    }
 }

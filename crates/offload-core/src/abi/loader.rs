@@ -172,13 +172,22 @@ impl LoadedPlugin {
             return Ok(());
         }
         let e = slot.unwrap_or_else(|| {
-            Error::PluginPanic(format!("plugin '{}': {what} failed with status {status} but reported no error", self.name))
+            Error::PluginPanic(format!(
+                "plugin '{}': {what} failed with status {status} but reported no error",
+                self.name
+            ))
         });
         Err(e)
     }
 }
 
-unsafe extern "C" fn collect_error(ctx: *mut c_void, kind: u32, code: i64, msg: *const u8, len: usize) {
+unsafe extern "C" fn collect_error(
+    ctx: *mut c_void,
+    kind: u32,
+    code: i64,
+    msg: *const u8,
+    len: usize,
+) {
     // SAFETY: `ctx` is the `Option<Error>` set up in `LoadedPlugin::call`, alive for the
     // duration of the plugin call; `msg` is valid for `len` bytes per the ABI contract.
     unsafe {
@@ -200,7 +209,9 @@ unsafe extern "C" fn collect_string(ctx: *mut c_void, bytes: *const u8, len: usi
     // for `len` bytes per the ABI contract.
     unsafe {
         let s = &mut *(ctx as *mut String);
-        s.push_str(&String::from_utf8_lossy(std::slice::from_raw_parts(bytes, len)));
+        s.push_str(&String::from_utf8_lossy(std::slice::from_raw_parts(
+            bytes, len,
+        )));
     }
 }
 
@@ -266,7 +277,11 @@ pub struct LoadedDevice {
 }
 
 impl LoadedDevice {
-    fn call(&self, what: &str, f: impl FnOnce(&'static PluginTable, *const AbiErrorOut) -> i32) -> Result<()> {
+    fn call(
+        &self,
+        what: &str,
+        f: impl FnOnce(&'static PluginTable, *const AbiErrorOut) -> i32,
+    ) -> Result<()> {
         let t = self.plugin.table;
         self.plugin.call(what, |err| f(t, err))
     }
@@ -280,7 +295,11 @@ impl GenericDevice for LoadedDevice {
     fn info(&self) -> Result<DeviceInfo> {
         let mut raw = AbiDeviceInfo::default();
         let (mut name, mut cu, mut features) = (String::new(), String::new(), String::new());
-        let (sn, sc, sf) = (string_sink(&mut name), string_sink(&mut cu), string_sink(&mut features));
+        let (sn, sc, sf) = (
+            string_sink(&mut name),
+            string_sink(&mut cu),
+            string_sink(&mut features),
+        );
         // SAFETY: checked table; all out-pointers are live locals.
         self.call("device_info", |t, err| unsafe {
             (t.device_info)(t.ctx, self.dev, &mut raw, &sn, &sc, &sf, err)
@@ -327,7 +346,15 @@ impl GenericDevice for LoadedDevice {
         let mut out = 0u64;
         // SAFETY: checked table; live name and out-pointer.
         self.call("get_kernel", |t, err| unsafe {
-            (t.get_kernel)(t.ctx, self.dev, program.0, name.as_ptr(), name.len(), &mut out, err)
+            (t.get_kernel)(
+                t.ctx,
+                self.dev,
+                program.0,
+                name.as_ptr(),
+                name.len(),
+                &mut out,
+                err,
+            )
         })?;
         Ok(KernelHandle(out))
     }
@@ -336,7 +363,16 @@ impl GenericDevice for LoadedDevice {
         let (mut ptr, mut size) = (0u64, 0u64);
         // SAFETY: checked table; live name and out-pointers.
         self.call("get_global", |t, err| unsafe {
-            (t.get_global)(t.ctx, self.dev, program.0, name.as_ptr(), name.len(), &mut ptr, &mut size, err)
+            (t.get_global)(
+                t.ctx,
+                self.dev,
+                program.0,
+                name.as_ptr(),
+                name.len(),
+                &mut ptr,
+                &mut size,
+                err,
+            )
         })?;
         Ok(GlobalSymbol {
             ptr: DevicePtr(ptr),
@@ -355,7 +391,9 @@ impl GenericDevice for LoadedDevice {
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         // SAFETY: checked table.
-        self.call("free", |t, err| unsafe { (t.free)(t.ctx, self.dev, ptr.0, err) })
+        self.call("free", |t, err| unsafe {
+            (t.free)(t.ctx, self.dev, ptr.0, err)
+        })
     }
 
     unsafe fn copy_to_device(

@@ -66,7 +66,8 @@ pub struct AbiErrorOut {
     /// Caller's context.
     pub ctx: *mut c_void,
     /// Called at most once per failed call.
-    pub set: unsafe extern "C" fn(ctx: *mut c_void, kind: u32, code: i64, msg: *const u8, len: usize),
+    pub set:
+        unsafe extern "C" fn(ctx: *mut c_void, kind: u32, code: i64, msg: *const u8, len: usize),
 }
 
 /// Where a plugin writes a string: `write(ctx, bytes, len)`, UTF-8, possibly in pieces.
@@ -156,8 +157,14 @@ pub struct PluginTable {
         Err,
     ) -> i32,
     /// Load an image; writes the program handle.
-    pub load_image:
-        unsafe extern "C" fn(Ctx, dev: u32, image: *const u8, len: usize, out: *mut u64, Err) -> i32,
+    pub load_image: unsafe extern "C" fn(
+        Ctx,
+        dev: u32,
+        image: *const u8,
+        len: usize,
+        out: *mut u64,
+        Err,
+    ) -> i32,
     /// Unload a program.
     pub unload_image: unsafe extern "C" fn(Ctx, dev: u32, program: u64, Err) -> i32,
     /// Look up a kernel; writes its handle.

@@ -100,20 +100,22 @@ pub fn parse_arg_spec(s: &str) -> Result<ArgSpec, String> {
     if head != "buf" {
         let ty = ScalarType::parse(head)
             .ok_or_else(|| format!("'{s}': unknown type '{head}' (expected {TYPES} or buf)"))?;
-        return scalar(ty, rest).map(ArgSpec::Scalar).map_err(|e| format!("'{s}': {e}"));
+        return scalar(ty, rest)
+            .map(ArgSpec::Scalar)
+            .map_err(|e| format!("'{s}': {e}"));
     }
     let mut parts = rest.splitn(3, ':');
     let ty_text = parts.next().unwrap_or("");
-    let ty = ScalarType::parse(ty_text)
-        .ok_or_else(|| format!("'{s}': unknown buffer element type '{ty_text}' (expected {TYPES})"))?;
+    let ty = ScalarType::parse(ty_text).ok_or_else(|| {
+        format!("'{s}': unknown buffer element type '{ty_text}' (expected {TYPES})")
+    })?;
     let len_text = parts
         .next()
         .ok_or_else(|| format!("'{s}': missing buffer length (buf:TYPE:LEN[:INIT])"))?;
-    let len: usize = len_text
-        .parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .ok_or_else(|| format!("'{s}': buffer length '{len_text}' is not a positive integer"))?;
+    let len: usize =
+        len_text.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+            format!("'{s}': buffer length '{len_text}' is not a positive integer")
+        })?;
     len.checked_mul(ty.size())
         .ok_or_else(|| format!("'{s}': buffer of {len} elements is too large"))?;
     let init = match parts.next() {
@@ -135,7 +137,12 @@ pub fn parse_arg_spec(s: &str) -> Result<ArgSpec, String> {
 }
 
 /// The initial bytes of a buffer argument; `index` names the argument in errors.
-pub fn initial_bytes(ty: ScalarType, len: usize, init: &BufferInit, index: usize) -> Result<Vec<u8>, String> {
+pub fn initial_bytes(
+    ty: ScalarType,
+    len: usize,
+    init: &BufferInit,
+    index: usize,
+) -> Result<Vec<u8>, String> {
     let size = ty.size();
     Ok(match init {
         BufferInit::Zero => vec![0; len * size],
@@ -202,21 +209,49 @@ mod tests {
 
     #[test]
     fn specs_parse() {
-        assert_eq!(parse_arg_spec("i32:-5").unwrap(), ArgSpec::Scalar(KernelArg::I32(-5)));
-        assert_eq!(parse_arg_spec("f64:2.5").unwrap(), ArgSpec::Scalar(KernelArg::F64(2.5)));
+        assert_eq!(
+            parse_arg_spec("i32:-5").unwrap(),
+            ArgSpec::Scalar(KernelArg::I32(-5))
+        );
+        assert_eq!(
+            parse_arg_spec("f64:2.5").unwrap(),
+            ArgSpec::Scalar(KernelArg::F64(2.5))
+        );
         assert_eq!(
             parse_arg_spec("buf:f32:10").unwrap(),
-            ArgSpec::Buffer { ty: ScalarType::F32, len: 10, init: BufferInit::Zero }
+            ArgSpec::Buffer {
+                ty: ScalarType::F32,
+                len: 10,
+                init: BufferInit::Zero
+            }
         );
         assert_eq!(
             parse_arg_spec("buf:u32:3:fill=7").unwrap(),
-            ArgSpec::Buffer { ty: ScalarType::U32, len: 3, init: BufferInit::Fill(7u32.to_le_bytes().to_vec()) }
+            ArgSpec::Buffer {
+                ty: ScalarType::U32,
+                len: 3,
+                init: BufferInit::Fill(7u32.to_le_bytes().to_vec())
+            }
         );
         assert_eq!(
             parse_arg_spec("buf:f64:2:file=/tmp/a:b c").unwrap(),
-            ArgSpec::Buffer { ty: ScalarType::F64, len: 2, init: BufferInit::File("/tmp/a:b c".into()) }
+            ArgSpec::Buffer {
+                ty: ScalarType::F64,
+                len: 2,
+                init: BufferInit::File("/tmp/a:b c".into())
+            }
         );
-        for bad in ["i32", "i8:1", "i32:x", "u32:-1", "buf:f16:3", "buf:f32", "buf:f32:0", "buf:f32:3:ones", "buf:i32:2:fill=1.5"] {
+        for bad in [
+            "i32",
+            "i8:1",
+            "i32:x",
+            "u32:-1",
+            "buf:f16:3",
+            "buf:f32",
+            "buf:f32:0",
+            "buf:f32:3:ones",
+            "buf:i32:2:fill=1.5",
+        ] {
             assert!(parse_arg_spec(bad).is_err(), "{bad} should be rejected");
         }
     }
@@ -235,12 +270,23 @@ mod tests {
     #[test]
     fn iota_and_files_initialise() {
         let b = initial_bytes(ScalarType::F32, 3, &BufferInit::Iota, 0).unwrap();
-        assert_eq!(b, [0f32, 1.0, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+        assert_eq!(
+            b,
+            [0f32, 1.0, 2.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
         let path = std::env::temp_dir().join(format!("offload-args-{}.bin", std::process::id()));
         std::fs::write(&path, [1u8; 12]).unwrap();
         let e = initial_bytes(ScalarType::U32, 4, &BufferInit::File(path.clone()), 3).unwrap_err();
         assert!(e.contains("12 bytes, expected exactly 16"), "{e}");
-        assert_eq!(initial_bytes(ScalarType::U32, 3, &BufferInit::File(path.clone()), 3).unwrap().len(), 12);
+        assert_eq!(
+            initial_bytes(ScalarType::U32, 3, &BufferInit::File(path.clone()), 3)
+                .unwrap()
+                .len(),
+            12
+        );
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -45,7 +45,10 @@ pub fn demo(n: u32) -> Result<(), Failure> {
 
     let device = host.device(0)?;
     let info = device.info()?;
-    println!("  device    {device}: {} (compute unit {})", info.name, info.compute_unit_kind);
+    println!(
+        "  device    {device}: {} (compute unit {})",
+        info.name, info.compute_unit_kind
+    );
 
     let t = Instant::now();
     let program = device.load(KERNEL)?;
@@ -66,24 +69,44 @@ pub fn demo(n: u32) -> Result<(), Failure> {
     let dy = device.alloc_buffer(bytes)?;
     dx.write(&f32_bytes(&x))?;
     dy.write(&f32_bytes(&y))?;
-    println!("  copy-in   2 x {}   {:8.3} ms", human_bytes(bytes), ms_since(t));
+    println!(
+        "  copy-in   2 x {}   {:8.3} ms",
+        human_bytes(bytes),
+        ms_since(t)
+    );
 
     let dims = LaunchDims::linear(n.div_ceil(BLOCK), BLOCK);
     let t = Instant::now();
     program.launch(
         kernel,
         &dims,
-        &[KernelArg::I32(n as i32), KernelArg::F32(a), KernelArg::Ptr(dx.ptr()), KernelArg::Ptr(dy.ptr())],
+        &[
+            KernelArg::I32(n as i32),
+            KernelArg::F32(a),
+            KernelArg::Ptr(dx.ptr()),
+            KernelArg::Ptr(dy.ptr()),
+        ],
     )?;
-    println!("  launch    {dims}, {} work items   {:8.3} ms", u64::from(n.div_ceil(BLOCK)) * u64::from(BLOCK), ms_since(t));
+    println!(
+        "  launch    {dims}, {} work items   {:8.3} ms",
+        u64::from(n.div_ceil(BLOCK)) * u64::from(BLOCK),
+        ms_since(t)
+    );
 
     let t = Instant::now();
     let mut out = vec![0u8; bytes as usize];
     dy.read(&mut out)?;
-    println!("  copy-out  {}   {:8.3} ms", human_bytes(bytes), ms_since(t));
+    println!(
+        "  copy-out  {}   {:8.3} ms",
+        human_bytes(bytes),
+        ms_since(t)
+    );
 
     let t = Instant::now();
-    let got: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let got: Vec<f32> = out
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     let wrong: Vec<usize> = (0..n as usize)
         .filter(|&i| got[i].to_bits() != (a * x[i] + y[i]).to_bits())
         .collect();
@@ -100,6 +123,12 @@ pub fn demo(n: u32) -> Result<(), Failure> {
             a * x[i] + y[i]
         )));
     }
-    println!("result: PASS (y[0] = {}, y[{}] = {}), total {:.3} ms", got[0], n - 1, got[n as usize - 1], ms_since(started));
+    println!(
+        "result: PASS (y[0] = {}, y[{}] = {}), total {:.3} ms",
+        got[0],
+        n - 1,
+        got[n as usize - 1],
+        ms_since(started)
+    );
     Ok(())
 }

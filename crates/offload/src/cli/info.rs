@@ -45,11 +45,16 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
     }
     if as_json {
         let out = json!({ "plugins": plugins, "notes": rt.notes() });
-        println!("{}", serde_json::to_string_pretty(&out).expect("JSON values serialise"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON values serialise")
+        );
         return Ok(());
     }
     if plugins.is_empty() {
-        println!("no plugins found (searched OFFLOAD_PLUGIN_PATH, the executable's directory and ../lib)");
+        println!(
+            "no plugins found (searched OFFLOAD_PLUGIN_PATH, the executable's directory and ../lib)"
+        );
     }
     for p in &plugins {
         let s = |k: &str| p[k].as_str().unwrap_or("-").to_string();

@@ -56,12 +56,21 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     for (i, spec) in a.args.iter().enumerate() {
         if let ArgSpec::Buffer { ty, len, init } = spec {
             let host = args::initial_bytes(*ty, *len, init, i).map_err(Failure::Usage)?;
-            buffers.push(BufferArg { index: i, ty: *ty, len: *len, host, device: None });
+            buffers.push(BufferArg {
+                index: i,
+                ty: *ty,
+                len: *len,
+                host,
+                device: None,
+            });
         }
     }
     if let Some(dir) = &a.dump {
         std::fs::create_dir_all(dir).map_err(|e| {
-            Failure::Usage(format!("cannot create dump directory '{}': {e}", dir.display()))
+            Failure::Usage(format!(
+                "cannot create dump directory '{}': {e}",
+                dir.display()
+            ))
         })?;
     }
 
@@ -69,7 +78,9 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     let t = Instant::now();
     let device = match &a.device {
         Some((name, index)) => rt.device(name, *index)?,
-        None => rt.route(&image).map_err(|e| e.context(format!("image '{}'", a.image.display())))?,
+        None => rt
+            .route(&image)
+            .map_err(|e| e.context(format!("image '{}'", a.image.display())))?,
     };
     let program = device
         .load(&image)
@@ -96,7 +107,11 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             }
         });
     }
-    let dims = LaunchDims { grid: a.grid, block: a.block, shared_mem_bytes: 0 };
+    let dims = LaunchDims {
+        grid: a.grid,
+        block: a.block,
+        shared_mem_bytes: 0,
+    };
     let t = Instant::now();
     program
         .launch(kernel, &dims, &kernel_args)
@@ -105,7 +120,10 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
 
     let t = Instant::now();
     for b in &mut buffers {
-        b.device.as_ref().expect("allocated above").read(&mut b.host)?;
+        b.device
+            .as_ref()
+            .expect("allocated above")
+            .read(&mut b.host)?;
     }
     let copy_out_ms = ms_since(t);
 
@@ -116,9 +134,12 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                     let (_, bits) = v.to_bits();
                     bits.to_le_bytes()[..v.size()].to_vec()
                 }
-                ArgSpec::Buffer { .. } => {
-                    buffers.iter().find(|b| b.index == i).expect("buffer exists").host.clone()
-                }
+                ArgSpec::Buffer { .. } => buffers
+                    .iter()
+                    .find(|b| b.index == i)
+                    .expect("buffer exists")
+                    .host
+                    .clone(),
             };
             let path = dir.join(format!("arg{i}.bin"));
             std::fs::write(&path, bytes)
@@ -151,10 +172,15 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         println!("{out}");
         return Ok(());
     }
-    println!("device   {device}  {} (compute unit {})", info.name, info.compute_unit_kind);
+    println!(
+        "device   {device}  {} (compute unit {})",
+        info.name, info.compute_unit_kind
+    );
     println!("kernel   {}  {dims}", a.kernel);
     for b in &buffers {
-        let head: Vec<String> = (0..b.len.min(SHOWN)).map(|i| args::element_text(b.ty, &b.host, i)).collect();
+        let head: Vec<String> = (0..b.len.min(SHOWN))
+            .map(|i| args::element_text(b.ty, &b.host, i))
+            .collect();
         println!(
             "arg{}     {}[{}] = [{}{}]",
             b.index,
