@@ -1,0 +1,362 @@
+//! The content-addressed, single-flight cache of compiled images.
+//!
+//! - The key is a BLAKE3 hash over length-prefixed fields (see [`KeyBuilder`]), never an
+//!   address, so a freed image whose address is reused can never hit another program's entry.
+//! - One compile per key: the first requester compiles while later requesters of the same key
+//!   wait for its result; requesters of different keys compile in parallel (the lock is held
+//!   only to look up and update the map, never across a compile).
+//! - Bounded memory: past the capacity, least recently used entries are dropped, but only those
+//!   no loaded program still holds (an entry is an `Arc`; a loaded program keeps a clone).
+//! - A failed compile is not cached: its waiters get the error and the next request retries.
+
+use offload_core::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A cache key: BLAKE3 over length-prefixed fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CacheKey(pub [u8; 32]);
+
+impl CacheKey {
+    /// Lower-case hex.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Builds a [`CacheKey`]: each field is its name and its bytes, both length-prefixed, so no
+/// two different field lists can produce the same byte stream.
+#[derive(Debug, Default)]
+pub struct KeyBuilder(blake3::Hasher);
+
+impl KeyBuilder {
+    /// Starts a key.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a field.
+    pub fn field(&mut self, name: &str, bytes: &[u8]) -> &mut Self {
+        for part in [name.as_bytes(), bytes] {
+            self.0.update(&(part.len() as u64).to_le_bytes());
+            self.0.update(part);
+        }
+        self
+    }
+
+    /// The key.
+    pub fn finish(&self) -> CacheKey {
+        CacheKey(*self.0.finalize().as_bytes())
+    }
+}
+
+/// A compiled image as the cache hands it out.
+#[derive(Debug)]
+pub struct CompiledImage {
+    /// The key it is stored under.
+    pub key: CacheKey,
+    /// What the device loads (PTX text, an object, or a linked image).
+    pub bytes: Vec<u8>,
+    /// How long the compile (and post-processing) took.
+    pub compile_time: Duration,
+}
+
+/// How a request was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Found in memory.
+    MemoryHit,
+    /// Another thread was compiling the same key; this one waited for it.
+    SharedCompile,
+    /// Compiled by this request.
+    Compiled,
+}
+
+/// Counters since the engine was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JitStats {
+    /// Requests served from memory.
+    pub memory_hits: u64,
+    /// Requests that waited for another thread's compile of the same key.
+    pub shared_waits: u64,
+    /// Requests that found nothing and compiled.
+    pub misses: u64,
+    /// Successful compiles.
+    pub compiles: u64,
+    /// Failed compiles.
+    pub failures: u64,
+    /// Total time spent compiling, in nanoseconds.
+    pub compile_ns: u64,
+    /// Entries in memory.
+    pub entries: u64,
+    /// Bytes of compiled images in memory.
+    pub bytes: u64,
+    /// Entries dropped to stay under the capacity.
+    pub evictions: u64,
+    /// Compiles running now.
+    pub in_flight: u64,
+    /// Most compiles ever running at once.
+    pub peak_in_flight: u64,
+}
+
+type Outcome = std::result::Result<Arc<CompiledImage>, Error>;
+
+#[derive(Debug, Default)]
+struct Flight {
+    result: Mutex<Option<Outcome>>,
+    done: Condvar,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Ready {
+        image: Arc<CompiledImage>,
+        last_use: u64,
+    },
+    InFlight(Arc<Flight>),
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    map: HashMap<CacheKey, Slot>,
+    tick: u64,
+    stats: JitStats,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Cache {
+    inner: Mutex<Inner>,
+    capacity: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cache {
+    /// A cache holding at most `capacity` bytes of images that no program uses.
+    pub fn new(capacity: u64) -> Self {
+        Cache {
+            inner: Mutex::default(),
+            capacity,
+        }
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> JitStats {
+        lock(&self.inner).stats
+    }
+
+    /// Returns the image for `key`, compiling it with `compile` if nobody has (or is).
+    pub fn get_or_compile(
+        &self,
+        key: CacheKey,
+        compile: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<(Arc<CompiledImage>, Served)> {
+        let flight = {
+            let mut inner = lock(&self.inner);
+            inner.tick += 1;
+            let tick = inner.tick;
+            match inner.map.get_mut(&key) {
+                Some(Slot::Ready { image, last_use }) => {
+                    *last_use = tick;
+                    let image = image.clone();
+                    inner.stats.memory_hits += 1;
+                    return Ok((image, Served::MemoryHit));
+                }
+                Some(Slot::InFlight(f)) => {
+                    let f = f.clone();
+                    inner.stats.shared_waits += 1;
+                    drop(inner);
+                    return Self::wait(&f).map(|image| (image, Served::SharedCompile));
+                }
+                None => {
+                    let f = Arc::new(Flight::default());
+                    inner.map.insert(key, Slot::InFlight(f.clone()));
+                    inner.stats.misses += 1;
+                    inner.stats.in_flight += 1;
+                    inner.stats.peak_in_flight =
+                        inner.stats.peak_in_flight.max(inner.stats.in_flight);
+                    f
+                }
+            }
+        };
+
+        // Compile without holding the lock. A panic in `compile` must not leave waiters
+        // hanging, so it is turned into an error here.
+        let started = Instant::now();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(compile))
+            .unwrap_or_else(|_| Err(Error::CompileFailure("the compiler panicked".into())))
+            .map(|bytes| {
+                Arc::new(CompiledImage {
+                    key,
+                    bytes,
+                    compile_time: started.elapsed(),
+                })
+            });
+
+        {
+            let mut inner = lock(&self.inner);
+            inner.stats.in_flight -= 1;
+            inner.stats.compile_ns += started.elapsed().as_nanos() as u64;
+            match &outcome {
+                Ok(image) => {
+                    inner.tick += 1;
+                    let tick = inner.tick;
+                    inner.stats.compiles += 1;
+                    inner.stats.entries += 1;
+                    inner.stats.bytes += image.bytes.len() as u64;
+                    inner.map.insert(
+                        key,
+                        Slot::Ready {
+                            image: image.clone(),
+                            last_use: tick,
+                        },
+                    );
+                    self.evict(&mut inner);
+                }
+                Err(_) => {
+                    inner.stats.failures += 1;
+                    inner.map.remove(&key);
+                }
+            }
+        }
+        *lock(&flight.result) = Some(outcome.clone());
+        flight.done.notify_all();
+        outcome.map(|image| (image, Served::Compiled))
+    }
+
+    fn wait(flight: &Flight) -> Outcome {
+        let mut result = lock(&flight.result);
+        loop {
+            if let Some(r) = result.as_ref() {
+                return r.clone();
+            }
+            result = flight.done.wait(result).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Drops least recently used entries that nobody else holds until under capacity.
+    fn evict(&self, inner: &mut Inner) {
+        while inner.stats.bytes > self.capacity {
+            let victim = inner
+                .map
+                .iter()
+                .filter_map(|(k, s)| match s {
+                    Slot::Ready { image, last_use } if Arc::strong_count(image) == 1 => {
+                        Some((*last_use, *k))
+                    }
+                    _ => None,
+                })
+                .min();
+            let Some((_, key)) = victim else {
+                // Everything left is in use by a loaded program; it is released later.
+                return;
+            };
+            if let Some(Slot::Ready { image, .. }) = inner.map.remove(&key) {
+                inner.stats.entries -= 1;
+                inner.stats.bytes -= image.bytes.len() as u64;
+                inner.stats.evictions += 1;
+            }
+        }
+    }
+
+    /// Re-applies the capacity (call after programs release images).
+    pub fn trim(&self) {
+        let mut inner = lock(&self.inner);
+        self.evict(&mut inner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn key(n: u8) -> CacheKey {
+        KeyBuilder::new().field("n", &[n]).finish()
+    }
+
+    #[test]
+    fn keys_are_length_prefixed() {
+        let a = KeyBuilder::new()
+            .field("x", b"ab")
+            .field("y", b"c")
+            .finish();
+        let b = KeyBuilder::new()
+            .field("x", b"a")
+            .field("y", b"bc")
+            .finish();
+        assert_ne!(a, b);
+        assert_eq!(
+            a,
+            KeyBuilder::new()
+                .field("x", b"ab")
+                .field("y", b"c")
+                .finish()
+        );
+    }
+
+    #[test]
+    fn one_compile_per_key_under_contention() {
+        let cache = Cache::new(1 << 20);
+        let compiles = AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                s.spawn(|| {
+                    let (img, _) = cache
+                        .get_or_compile(key(1), || {
+                            compiles.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(50));
+                            Ok(vec![7; 10])
+                        })
+                        .unwrap();
+                    assert_eq!(img.bytes, vec![7; 10]);
+                });
+            }
+        });
+        assert_eq!(compiles.load(Ordering::SeqCst), 1);
+        let st = cache.stats();
+        assert_eq!(st.compiles, 1);
+        assert_eq!(st.misses, 1);
+        assert_eq!(st.memory_hits + st.shared_waits, 15);
+    }
+
+    #[test]
+    fn failures_reach_waiters_and_are_not_cached() {
+        let cache = Cache::new(1 << 20);
+        let e = cache
+            .get_or_compile(key(2), || Err(Error::CompileFailure("bad".into())))
+            .unwrap_err();
+        assert!(e.to_string().contains("bad"));
+        let (_, served) = cache.get_or_compile(key(2), || Ok(vec![1])).unwrap();
+        assert_eq!(served, Served::Compiled);
+        let e = cache.get_or_compile(key(3), || panic!("boom")).unwrap_err();
+        assert!(e.to_string().contains("panicked"));
+        assert_eq!(cache.stats().failures, 2);
+    }
+
+    #[test]
+    fn eviction_is_lru_and_spares_images_in_use() {
+        let cache = Cache::new(25);
+        let (held, _) = cache.get_or_compile(key(1), || Ok(vec![0; 10])).unwrap();
+        cache.get_or_compile(key(2), || Ok(vec![0; 10])).unwrap();
+        cache.get_or_compile(key(3), || Ok(vec![0; 10])).unwrap();
+        // 30 bytes > 25: key 1 is the oldest but held, so key 2 goes.
+        let st = cache.stats();
+        assert_eq!((st.entries, st.bytes, st.evictions), (2, 20, 1));
+        assert_eq!(
+            cache.get_or_compile(key(1), || Ok(vec![9])).unwrap().1,
+            Served::MemoryHit
+        );
+        assert_eq!(
+            cache.get_or_compile(key(2), || Ok(vec![0; 10])).unwrap().1,
+            Served::Compiled
+        );
+        drop(held);
+        cache.trim();
+        assert!(cache.stats().bytes <= 25);
+    }
+}
