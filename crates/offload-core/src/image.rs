@@ -159,6 +159,29 @@ pub enum ImageKind {
         /// True when the bytes start with the `0x0B17C0DE` wrapper.
         wrapped: bool,
     },
+    /// Textual LLVM IR (what `clang -S -emit-llvm` writes).
+    LlvmIr,
+}
+
+/// Whether the bytes look like textual LLVM IR: UTF-8 that starts with a module header or has a
+/// `target triple`, `target datalayout` or `define` line near the start.
+pub fn looks_like_llvm_ir(bytes: &[u8]) -> bool {
+    let head = &bytes[..bytes.len().min(4096)];
+    // A multi-byte character may be cut at the 4096 boundary; judge the valid prefix.
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) if e.valid_up_to() > 0 && e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or("")
+        }
+        Err(_) => return false,
+    };
+    text.starts_with("; ModuleID")
+        || text.lines().any(|l| {
+            let l = l.trim_start();
+            l.starts_with("target triple")
+                || l.starts_with("target datalayout")
+                || l.starts_with("define ")
+        })
 }
 
 fn read_u16(bytes: &[u8], at: usize, endian: ElfEndian) -> u16 {
@@ -219,6 +242,9 @@ pub fn classify(bytes: &[u8]) -> Result<ImageKind> {
             )));
         }
         return Ok(ImageKind::Bitcode { wrapped: true });
+    }
+    if (bytes.len() < 4 || bytes[..4] != ELF_MAGIC) && looks_like_llvm_ir(bytes) {
+        return Ok(ImageKind::LlvmIr);
     }
     if bytes.len() < 4 || bytes[..4] != ELF_MAGIC {
         return Err(Error::InvalidImage(format!(
@@ -367,9 +393,9 @@ impl ElfImage {
     pub fn parse(bytes: &[u8], req: &ElfRequirements<'_>) -> Result<Self> {
         let info = match classify(bytes)? {
             ImageKind::Elf(info) => info,
-            ImageKind::Bitcode { .. } => {
+            ImageKind::Bitcode { .. } | ImageKind::LlvmIr => {
                 return Err(Error::InvalidImage(format!(
-                    "image is LLVM bitcode; the {} plugin loads native ELF here",
+                    "image is LLVM bitcode/IR; the {} plugin has no JIT engine and loads only native ELF",
                     req.plugin
                 )));
             }
@@ -514,6 +540,14 @@ mod tests {
         w.extend_from_slice(&[0; 4]);
         w.extend_from_slice(b"BC\xc0\xde");
         assert_eq!(classify(&w).unwrap(), ImageKind::Bitcode { wrapped: true });
+        assert_eq!(
+            classify(b"; ModuleID = 'k.c'\nsource_filename = \"k.c\"\n").unwrap(),
+            ImageKind::LlvmIr
+        );
+        assert_eq!(
+            classify(b"target triple = \"x86_64-unknown-linux-gnu\"\n").unwrap(),
+            ImageKind::LlvmIr
+        );
         w.truncate(22);
         let e = classify(&w).unwrap_err().to_string();
         assert!(e.contains("offset 20"), "{e}");

@@ -27,6 +27,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use image::{ElfImage, ElfInfo, ElfRequirements, ImageKind, classify};
 pub use traits::{GenericDevice, GenericPlugin};
 pub use types::{
-    DeviceInfo, DeviceLimits, DevicePtr, GlobalSymbol, KernelArg, KernelHandle, LaunchDims,
-    MemoryKind, ProgramHandle, QueueHandle, ScalarType,
+    DeviceInfo, DeviceLimits, DevicePtr, GlobalSymbol, JitStats, KernelArg, KernelHandle,
+    LaunchDims, MemoryKind, ProgramHandle, QueueHandle, ScalarType,
 };

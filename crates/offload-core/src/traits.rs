@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::types::{
-    DeviceInfo, DevicePtr, GlobalSymbol, KernelArg, KernelHandle, LaunchDims, MemoryKind,
+    DeviceInfo, DevicePtr, GlobalSymbol, JitStats, KernelArg, KernelHandle, LaunchDims, MemoryKind,
     ProgramHandle, QueueHandle,
 };
 use std::sync::Arc;
@@ -38,6 +38,11 @@ pub trait GenericPlugin: Send + Sync {
 
     /// Device `index` (`0..init()`). The ABI layer checks the range before calling.
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>>;
+
+    /// Counters of the plugin's JIT engine; `None` for a plugin without one.
+    fn jit_stats(&self) -> Option<JitStats> {
+        None
+    }
 }
 
 /// One device of a plugin.

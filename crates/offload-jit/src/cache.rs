@@ -9,6 +9,7 @@
 //!   no loaded program still holds (an entry is an `Arc`; a loaded program keeps a clone).
 //! - A failed compile is not cached: its waiters get the error and the next request retries.
 
+pub use offload_core::JitStats;
 use offload_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -71,33 +72,6 @@ pub enum Served {
     SharedCompile,
     /// Compiled by this request.
     Compiled,
-}
-
-/// Counters since the engine was made.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct JitStats {
-    /// Requests served from memory.
-    pub memory_hits: u64,
-    /// Requests that waited for another thread's compile of the same key.
-    pub shared_waits: u64,
-    /// Requests that found nothing and compiled.
-    pub misses: u64,
-    /// Successful compiles.
-    pub compiles: u64,
-    /// Failed compiles.
-    pub failures: u64,
-    /// Total time spent compiling, in nanoseconds.
-    pub compile_ns: u64,
-    /// Entries in memory.
-    pub entries: u64,
-    /// Bytes of compiled images in memory.
-    pub bytes: u64,
-    /// Entries dropped to stay under the capacity.
-    pub evictions: u64,
-    /// Compiles running now.
-    pub in_flight: u64,
-    /// Most compiles ever running at once.
-    pub peak_in_flight: u64,
 }
 
 type Outcome = std::result::Result<Arc<CompiledImage>, Error>;

@@ -40,18 +40,10 @@ pub fn is_bitcode(bytes: &[u8]) -> bool {
     bytes.len() >= 4 && (bytes[..4] == BITCODE_MAGIC || bytes[..4] == BITCODE_WRAPPER_MAGIC)
 }
 
-/// Whether the bytes look like textual LLVM IR (UTF-8 with a module header or a triple line).
+/// Whether the bytes look like textual LLVM IR (the core's classifier decides, so the runtime
+/// and the engine agree).
 pub fn is_textual_ir(bytes: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(&bytes[..bytes.len().min(4096)]) else {
-        return false;
-    };
-    text.starts_with("; ModuleID")
-        || text.lines().any(|l| {
-            let l = l.trim_start();
-            l.starts_with("target triple")
-                || l.starts_with("target datalayout")
-                || l.starts_with("define ")
-        })
+    offload_core::image::looks_like_llvm_ir(bytes)
 }
 
 /// LLVM's canonical form of a triple (`x86_64-linux-gnu` → `x86_64-unknown-linux-gnu`).

@@ -108,10 +108,25 @@ impl PostProcess for LinkSharedObject {
             .output()
             .map_err(|e| Error::System(format!("running {}: {e}", self.lld.display())))?;
         if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            // lld repeats an error per reference; the distinct error lines say it all.
+            let mut errors: Vec<&str> = Vec::new();
+            for line in stderr.lines().filter(|l| l.contains("error:")) {
+                if !errors.contains(&line) {
+                    errors.push(line);
+                }
+            }
+            let hint = if stderr.contains("cannot be used with -shared") || stderr.contains("-fPIC")
+            {
+                " (the input was not compiled as position-independent code: build host bitcode \
+                 with clang -fPIC -emit-llvm)"
+            } else {
+                ""
+            };
             return Err(Error::CompileFailure(format!(
-                "{} failed: {}",
+                "linking the generated object with {} failed: {}{hint}",
                 self.lld.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                errors.join("; ")
             )));
         }
         std::fs::read(&output).map_err(|e| {

@@ -110,6 +110,11 @@ impl PluginSlot {
         }
     }
 
+    /// Counters of the plugin's JIT engine (`None` if it has none or is not loaded).
+    pub fn jit_stats(&self) -> Option<offload_core::JitStats> {
+        self.plugin().and_then(|p| p.jit_stats())
+    }
+
     /// Device `index` of this plugin.
     pub fn device(&self, index: usize) -> Result<Device> {
         let count = self
@@ -213,18 +218,14 @@ impl Runtime {
         self.plugin(name)?.device(index)
     }
 
-    /// Picks the plugin and device for an image: by ELF machine (then the plugin's and each
-    /// device's own compatibility check), the first device that accepts it.
+    /// Picks the plugin and device for an image. Native ELF goes by ELF machine, then the
+    /// plugin's and each device's own compatibility check; LLVM bitcode and IR go to the first
+    /// plugin whose JIT engine compiles the module's triple. The first device that accepts the
+    /// image wins.
     pub fn route(&self, image: &[u8]) -> Result<Device> {
         let info = match classify(image)? {
             ImageKind::Elf(info) => info,
-            ImageKind::Bitcode { .. } => {
-                return Err(Error::Unsupported(
-                    "the image is LLVM bitcode; routing bitcode needs the JIT engine (offload-jit), \
-                     which this build does not include yet"
-                        .into(),
-                ));
-            }
+            ImageKind::Bitcode { .. } | ImageKind::LlvmIr => return self.route_jit_input(image),
         };
         let serving: Vec<&PluginSlot> = self
             .slots
@@ -263,26 +264,7 @@ impl Runtime {
         }
         let mut first_error = None;
         for slot in serving {
-            let plugin = slot.plugin().expect("filtered on loaded plugins");
-            let outcome = plugin.check_image(image).and_then(|()| {
-                let count = slot.device_count()?;
-                if count == 0 {
-                    return Err(Error::NoDevice(format!(
-                        "plugin '{}' can run this image but has no devices",
-                        slot.name
-                    )));
-                }
-                let mut last = None;
-                for i in 0..count {
-                    let device = slot.device(i)?;
-                    match device.inner.check_image(image) {
-                        Ok(()) => return Ok(device),
-                        Err(e) => last = Some(e.context(format!("device {}:{i}", slot.name))),
-                    }
-                }
-                Err(last.expect("count > 0"))
-            });
-            match outcome {
+            match slot.pick_device(image) {
                 Ok(device) => return Ok(device),
                 Err(e) => {
                     first_error.get_or_insert(e.context(format!("plugin '{}'", slot.name)));
@@ -290,6 +272,52 @@ impl Runtime {
             }
         }
         Err(first_error.expect("at least one plugin was tried"))
+    }
+
+    fn route_jit_input(&self, image: &[u8]) -> Result<Device> {
+        let mut reasons = Vec::new();
+        for slot in self.slots.iter().filter(|s| s.plugin().is_some()) {
+            match slot.pick_device(image) {
+                Ok(device) => return Ok(device),
+                Err(e) => reasons.push(format!("{}: {}", slot.name, e.message())),
+            }
+        }
+        Err(Error::Unsupported(format!(
+            "no loaded plugin compiles this LLVM bitcode/IR ({})",
+            if reasons.is_empty() {
+                "no plugin loaded".to_string()
+            } else {
+                reasons.join("; ")
+            }
+        )))
+    }
+}
+
+impl PluginSlot {
+    /// The first device of this plugin that accepts `image`, after the plugin-level check.
+    fn pick_device(&self, image: &[u8]) -> Result<Device> {
+        let plugin = self
+            .plugin()
+            .ok_or_else(|| Error::PluginLoad(format!("plugin '{}' is not loaded", self.name)))?;
+        // Initialise before asking: a plugin's compatibility check may need its state (the
+        // JIT engine reads the image's triple).
+        let count = self.device_count()?;
+        plugin.check_image(image)?;
+        if count == 0 {
+            return Err(Error::NoDevice(format!(
+                "plugin '{}' can run this image but has no devices",
+                self.name
+            )));
+        }
+        let mut last = None;
+        for i in 0..count {
+            let device = self.device(i)?;
+            match device.inner.check_image(image) {
+                Ok(()) => return Ok(device),
+                Err(e) => last = Some(e.context(format!("device {}:{i}", self.name))),
+            }
+        }
+        Err(last.expect("count > 0"))
     }
 }
 

@@ -30,6 +30,7 @@ unsafe impl Sync for Kernel {}
 #[derive(Debug)]
 pub struct HostDevice {
     index: usize,
+    jit: Arc<crate::HostJit>,
     pool: Arc<rayon::ThreadPool>,
     threads: u32,
     next_handle: AtomicU64,
@@ -70,15 +71,6 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
-/// LLVM's generic CPU name for this architecture (the JIT refines it to the exact model).
-fn compute_unit_kind() -> &'static str {
-    if cfg!(target_arch = "x86_64") {
-        "x86-64"
-    } else {
-        "generic"
-    }
-}
-
 /// Raw pointers that an enqueued job carries to its worker.
 #[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
@@ -87,9 +79,15 @@ struct SendPtr<T>(*mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 
 impl HostDevice {
-    pub fn new(index: usize, pool: Arc<rayon::ThreadPool>, threads: u32) -> Self {
+    pub fn new(
+        index: usize,
+        pool: Arc<rayon::ThreadPool>,
+        threads: u32,
+        jit: Arc<crate::HostJit>,
+    ) -> Self {
         HostDevice {
             index,
+            jit,
             pool,
             threads,
             next_handle: AtomicU64::new(1),
@@ -132,8 +130,8 @@ impl GenericDevice for HostDevice {
     fn info(&self) -> Result<DeviceInfo> {
         Ok(DeviceInfo {
             name: format!("{} (host, {} worker threads)", cpu_model(), self.threads),
-            compute_unit_kind: compute_unit_kind().to_string(),
-            target_features: String::new(),
+            compute_unit_kind: self.jit.target.compute_unit_kind.clone(),
+            target_features: self.jit.target.features.clone(),
             total_memory: physical_memory(),
             compute_units: self.threads,
             limits: DeviceLimits {
@@ -146,12 +144,21 @@ impl GenericDevice for HostDevice {
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
-        ElfImage::parse(image, &crate::requirements()).map(|_| ())
+        crate::check_image(Some(&self.jit), image)
     }
 
     fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
-        let parsed = ElfImage::parse(image, &crate::requirements())?;
-        let program = Arc::new(Program::load(image, parsed)?);
+        let program = if crate::HostJit::is_input(image) {
+            let compiled = self.jit.compile(image)?.image;
+            let parsed = ElfImage::parse(&compiled.bytes, &crate::requirements())
+                .map_err(|e| e.context("JIT output"))?;
+            let mut program = Program::load(&compiled.bytes, parsed)?;
+            program.jit_image = Some(compiled);
+            Arc::new(program)
+        } else {
+            let parsed = ElfImage::parse(image, &crate::requirements())?;
+            Arc::new(Program::load(image, parsed)?)
+        };
         let handle = self.handle();
         {
             let mut memory = lock(&self.memory);
@@ -180,7 +187,13 @@ impl GenericDevice for HostDevice {
         }
         lock(&self.kernels).retain(|_, k| k.program_handle != program.0);
         lock(&self.memory).remove_program_globals(program.0);
-        // The image is unmapped when the last in-flight launch drops its `Arc<Program>`.
+        // The image is unmapped when the last in-flight launch drops its `Arc<Program>`; then
+        // its JIT cache entry (if any) may be released under the cache's capacity.
+        let held_jit_image = removed.as_ref().is_some_and(|p| p.jit_image.is_some());
+        drop(removed);
+        if held_jit_image {
+            self.jit.engine.release_unused();
+        }
         Ok(())
     }
 

@@ -14,6 +14,9 @@
 //!   device's live allocations, so a bad pointer is an error instead of a corrupted process.
 //! - `OFFLOAD_HOST_DEVICES` (default 1) sets how many devices the plugin reports, so that
 //!   multi-device behaviour can be tested without a GPU.
+//! - LLVM bitcode (or textual IR) for the host triple is compiled by the plugin's JIT engine
+//!   for the exact host CPU, linked into a shared object with lld, cached by content and then
+//!   loaded like any other image; all devices share the engine, so they compile once.
 
 mod device;
 mod launch;
@@ -23,7 +26,8 @@ mod queue;
 
 use device::HostDevice;
 use offload_core::image::{ElfRequirements, elf_type, machine};
-use offload_core::{ElfImage, Error, GenericDevice, GenericPlugin, Result};
+use offload_core::{ElfImage, Error, GenericDevice, GenericPlugin, JitStats, Result};
+use offload_jit::{JitEngine, JitTarget, LinkSharedObject};
 use std::sync::{Arc, OnceLock};
 
 pub use launch::HostContext;
@@ -50,10 +54,33 @@ pub(crate) fn requirements() -> ElfRequirements<'static> {
     }
 }
 
+/// The JIT state shared by all host devices.
+#[derive(Debug)]
+pub(crate) struct HostJit {
+    pub engine: JitEngine,
+    pub target: JitTarget,
+    /// Made on first use: finding lld costs a process start, and ELF-only users never need it.
+    pub link: OnceLock<Result<LinkSharedObject>>,
+}
+
+impl HostJit {
+    /// Whether the bytes are JIT input (bitcode or IR) rather than an ELF image.
+    pub fn is_input(bytes: &[u8]) -> bool {
+        JitEngine::is_jit_input(bytes)
+    }
+
+    /// Compiles (or finds in the cache) the shared object for `bitcode`.
+    pub fn compile(&self, bitcode: &[u8]) -> Result<offload_jit::JitOutput> {
+        let link = self.link.get_or_init(LinkSharedObject::host).clone()?;
+        self.engine.compile(bitcode, &self.target, &link)
+    }
+}
+
 /// The host plugin.
 #[derive(Debug, Default)]
 pub struct HostPlugin {
     devices: OnceLock<Vec<Arc<HostDevice>>>,
+    jit: OnceLock<Arc<HostJit>>,
 }
 
 impl HostPlugin {
@@ -91,14 +118,28 @@ impl GenericPlugin for HostPlugin {
                 Error::System(format!("cannot start {threads} host worker threads: {e}"))
             })?;
         let pool = Arc::new(pool);
+        let (cpu, features) = offload_jit::host_cpu();
+        let jit = Arc::new(HostJit {
+            engine: JitEngine::new(HOST_TRIPLE)?,
+            target: JitTarget {
+                compute_unit_kind: cpu,
+                features,
+            },
+            link: OnceLock::new(),
+        });
+        let jit = self.jit.get_or_init(|| jit).clone();
         let devices = (0..count as usize)
-            .map(|i| Arc::new(HostDevice::new(i, pool.clone(), threads)))
+            .map(|i| Arc::new(HostDevice::new(i, pool.clone(), threads, jit.clone())))
             .collect();
         Ok(self.devices.get_or_init(|| devices).len())
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
-        ElfImage::parse(image, &requirements()).map(|_| ())
+        check_image(self.jit.get(), image)
+    }
+
+    fn jit_stats(&self) -> Option<JitStats> {
+        self.jit.get().map(|j| j.engine.stats())
     }
 
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {
@@ -111,6 +152,20 @@ impl GenericPlugin for HostPlugin {
             .map(|d| d.clone() as Arc<dyn GenericDevice>)
             .ok_or_else(|| Error::NotFound(format!("host device {index}")))
     }
+}
+
+/// Plugin- and device-level image check: bitcode/IR by triple (through the JIT engine), ELF by
+/// header and structure.
+pub(crate) fn check_image(jit: Option<&Arc<HostJit>>, image: &[u8]) -> Result<()> {
+    if HostJit::is_input(image) {
+        return match jit {
+            Some(j) => j.engine.check_image(image),
+            None => Err(Error::InvalidArgument(
+                "host plugin used before init".into(),
+            )),
+        };
+    }
+    ElfImage::parse(image, &requirements()).map(|_| ())
 }
 
 offload_core::export_plugin!(HostPlugin::new);

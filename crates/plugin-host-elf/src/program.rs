@@ -11,6 +11,7 @@
 use offload_core::{ElfImage, Error, Result};
 use std::ffi::{CStr, CString, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Process-wide unique program ids (never reused), used to key per-thread caches.
@@ -29,6 +30,9 @@ pub struct Program {
     pub image: ElfImage,
     /// Whether the image defines the work-item context (kernels that include the header do).
     pub has_context: bool,
+    /// The JIT cache entry this program was loaded from, held so the cache cannot drop it
+    /// while the program is loaded.
+    pub jit_image: Option<Arc<offload_jit::CompiledImage>>,
 }
 
 // SAFETY: the dlopen handle may be used from any thread (the dynamic loader is thread-safe);
@@ -94,6 +98,7 @@ impl Program {
             path,
             image,
             has_context,
+            jit_image: None,
         })
     }
 

@@ -6,8 +6,8 @@
 //! images must be non-empty and pointers non-null, and every panic is caught.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiHeader, AbiKernelArg, AbiLaunchDims,
-    AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiHeader, AbiJitStats, AbiKernelArg,
+    AbiLaunchDims, AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
 };
 use crate::error::{Error, Result};
 use crate::traits::{GenericDevice, GenericPlugin};
@@ -168,6 +168,7 @@ pub fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
         queue_create: abi_queue_create,
         queue_synchronize: abi_queue_synchronize,
         queue_destroy: abi_queue_destroy,
+        jit_stats: abi_jit_stats,
     }))
 }
 
@@ -605,6 +606,19 @@ unsafe extern "C" fn abi_queue_destroy(ctx: Ctx, dev: u32, q: u64, err: Err) -> 
     unsafe {
         guarded(ctx, err, |s| {
             s.device(dev)?.device.queue_destroy(QueueHandle(q))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_jit_stats(ctx: Ctx, out: *mut AbiJitStats, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| match s.plugin.jit_stats() {
+            Some(stats) => write_out(out, AbiJitStats::from(stats)),
+            None => Err(Error::Unsupported(format!(
+                "plugin '{}' has no JIT engine",
+                s.plugin.name()
+            ))),
         })
     }
 }

@@ -5,8 +5,8 @@
 //! destructors is a known crash, and plugin tables hand out static pointers.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiKernelArg, AbiLaunchDims,
-    AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiJitStats, AbiKernelArg,
+    AbiLaunchDims, AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE, TABLE_SIZE_1_0,
 };
 use crate::error::{Error, Result};
 use crate::traits::{GenericDevice, GenericPlugin};
@@ -81,11 +81,11 @@ pub unsafe fn check_table(table: *const PluginTable, path: &Path) -> Result<&'st
             header.abi_major, header.abi_minor
         )));
     }
-    let need = std::mem::size_of::<PluginTable>();
+    let need = TABLE_SIZE_1_0;
     if (header.table_size as usize) < need {
         return Err(Error::AbiMismatch(format!(
-            "{shown}: plugin table is {} bytes, this runtime (ABI {ABI_MAJOR}.{ABI_MINOR}) needs at \
-             least {need}; the table is short (plugin built for an older ABI minor version?)",
+            "{shown}: plugin table is {} bytes, ABI {ABI_MAJOR}.0 tables have at least {need}; \
+             the table is short (corrupt, or not built with offload-core's export_plugin!)",
             header.table_size
         )));
     }
@@ -253,6 +253,21 @@ impl GenericPlugin for LoadedPlugin {
         self.call("check_image", |err| unsafe {
             (t.check_image)(t.ctx, image.as_ptr(), image.len(), err)
         })
+    }
+
+    fn jit_stats(&self) -> Option<crate::JitStats> {
+        let t = self.table;
+        let end = std::mem::offset_of!(PluginTable, jit_stats) + std::mem::size_of::<usize>();
+        if (t.header.table_size as usize) < end {
+            return None;
+        }
+        let mut out = AbiJitStats::default();
+        // SAFETY: the table covers the entry (checked above); `out` is a live local.
+        self.call("jit_stats", |err| unsafe {
+            (t.jit_stats)(t.ctx, &mut out, err)
+        })
+        .ok()
+        .map(|()| crate::JitStats::from(out))
     }
 
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {

@@ -4,8 +4,9 @@
 //! Layout rules:
 //! - The table starts with an [`AbiHeader`]. The runtime reads the magic first, then the ABI
 //!   version, then `table_size`, and touches nothing else until all three check out.
-//! - A new ABI *minor* version only appends function pointers; the runtime accepts any table at
-//!   least as large as the one it was built against. A different *major* version is refused.
+//! - A new ABI *minor* version only appends function pointers. The runtime accepts any table of
+//!   at least the 1.0 size ([`TABLE_SIZE_1_0`]) and calls a later entry only when the plugin's
+//!   `table_size` covers it. A different *major* version is refused.
 //! - Every function returns `0` on success or a non-zero status; details of a failure go to
 //!   the caller's [`AbiErrorOut`] sink as `(kind, native code, message)`, so neither side frees
 //!   memory the other allocated.
@@ -26,7 +27,7 @@ pub const ABI_MAGIC: u64 = u64::from_le_bytes(*b"OFFLDPLG");
 /// Major ABI version: tables with another major version are refused.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor ABI version: a larger minor only appends entries to the table.
-pub const ABI_MINOR: u16 = 0;
+pub const ABI_MINOR: u16 = 1;
 /// The one symbol every plugin library exports (`extern "C" fn() -> *const PluginTable`).
 pub const ENTRY_SYMBOL: &str = "offload_plugin_entry";
 /// Queue value meaning "run synchronously".
@@ -232,6 +233,77 @@ pub struct PluginTable {
     pub queue_synchronize: unsafe extern "C" fn(Ctx, dev: u32, queue: u64, Err) -> i32,
     /// Destroy a queue.
     pub queue_destroy: unsafe extern "C" fn(Ctx, dev: u32, queue: u64, Err) -> i32,
+    // ---- ABI 1.1 ----
+    /// JIT counters; fails with `Unsupported` for a plugin without a JIT engine.
+    pub jit_stats: unsafe extern "C" fn(Ctx, out: *mut AbiJitStats, Err) -> i32,
+}
+
+/// Size of a 1.0 table: the smallest table the runtime accepts. Entries after it are used only
+/// when the plugin's `table_size` covers them.
+pub const TABLE_SIZE_1_0: usize = std::mem::offset_of!(PluginTable, jit_stats);
+
+/// [`crate::JitStats`] on the ABI.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AbiJitStats {
+    /// See [`crate::JitStats`].
+    pub memory_hits: u64,
+    /// See [`crate::JitStats`].
+    pub shared_waits: u64,
+    /// See [`crate::JitStats`].
+    pub misses: u64,
+    /// See [`crate::JitStats`].
+    pub compiles: u64,
+    /// See [`crate::JitStats`].
+    pub failures: u64,
+    /// See [`crate::JitStats`].
+    pub compile_ns: u64,
+    /// See [`crate::JitStats`].
+    pub entries: u64,
+    /// See [`crate::JitStats`].
+    pub bytes: u64,
+    /// See [`crate::JitStats`].
+    pub evictions: u64,
+    /// See [`crate::JitStats`].
+    pub in_flight: u64,
+    /// See [`crate::JitStats`].
+    pub peak_in_flight: u64,
+}
+
+impl From<crate::JitStats> for AbiJitStats {
+    fn from(s: crate::JitStats) -> Self {
+        AbiJitStats {
+            memory_hits: s.memory_hits,
+            shared_waits: s.shared_waits,
+            misses: s.misses,
+            compiles: s.compiles,
+            failures: s.failures,
+            compile_ns: s.compile_ns,
+            entries: s.entries,
+            bytes: s.bytes,
+            evictions: s.evictions,
+            in_flight: s.in_flight,
+            peak_in_flight: s.peak_in_flight,
+        }
+    }
+}
+
+impl From<AbiJitStats> for crate::JitStats {
+    fn from(s: AbiJitStats) -> Self {
+        crate::JitStats {
+            memory_hits: s.memory_hits,
+            shared_waits: s.shared_waits,
+            misses: s.misses,
+            compiles: s.compiles,
+            failures: s.failures,
+            compile_ns: s.compile_ns,
+            entries: s.entries,
+            bytes: s.bytes,
+            evictions: s.evictions,
+            in_flight: s.in_flight,
+            peak_in_flight: s.peak_in_flight,
+        }
+    }
 }
 
 // SAFETY: the table is immutable after construction and the plugin state behind `ctx` is

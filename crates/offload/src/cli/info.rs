@@ -40,6 +40,17 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             "build_id": loaded.map(|p| p.build_id().to_string()),
             "elf_machine": loaded.map(|p| p.elf_machine()),
             "target_triple": loaded.map(|p| p.target_triple().to_string()),
+            "jit": slot.jit_stats().map(|j| json!({
+                "compiles": j.compiles,
+                "memory_hits": j.memory_hits,
+                "shared_waits": j.shared_waits,
+                "misses": j.misses,
+                "failures": j.failures,
+                "compile_ms": j.compile_ns as f64 / 1e6,
+                "entries": j.entries,
+                "bytes": j.bytes,
+                "evictions": j.evictions,
+            })),
             "devices": devices,
         }));
     }

@@ -3,6 +3,7 @@
 mod args;
 mod demo;
 mod info;
+mod jit;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -28,7 +29,7 @@ impl From<offload::Error> for Failure {
     name = "offload",
     version,
     about = "Load device code and run it on whatever device this machine has",
-    after_help = "Environment: OFFLOAD_PLUGIN_PATH, OFFLOAD_PLUGINS, OFFLOAD_HOST_DEVICES, OFFLOAD_HOST_THREADS (see README)."
+    after_help = "Environment: OFFLOAD_PLUGIN_PATH, OFFLOAD_PLUGINS, OFFLOAD_HOST_DEVICES, OFFLOAD_HOST_THREADS, OFFLOAD_JIT_* (see README)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,6 +46,9 @@ enum Command {
     },
     /// Load an image, launch one kernel with the given arguments, and show the results.
     Run(run::RunArgs),
+    /// Compile an LLVM bitcode/IR image for a target without running it (like llc), writing
+    /// exactly what the plugin would load.
+    Jit(jit::JitArgs),
     /// Run a built-in saxpy kernel on the host backend and verify the result.
     Demo {
         /// Number of elements.
@@ -88,16 +92,25 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Info { json } => info::info(json),
         Command::Run(args) => run::run(args),
+        Command::Jit(args) => jit::jit(args),
         Command::Demo { n } => demo::demo(n),
+    };
+    // Errors are one line, whatever the text a tool (LLVM, lld) put in them.
+    let one_line = |m: &str| {
+        m.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
-            eprintln!("offload: error: {m}");
+            eprintln!("offload: error: {}", one_line(&m));
             ExitCode::from(2)
         }
         Err(Failure::Runtime(m)) => {
-            eprintln!("offload: error: {m}");
+            eprintln!("offload: error: {}", one_line(&m));
             ExitCode::from(1)
         }
     }

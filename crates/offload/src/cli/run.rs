@@ -82,6 +82,8 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             .route(&image)
             .map_err(|e| e.context(format!("image '{}'", a.image.display())))?,
     };
+    let slot = rt.plugin(device.plugin_name())?;
+    let jit_before = slot.jit_stats();
     let program = device
         .load(&image)
         .map_err(|e| e.context(format!("image '{}' on {device}", a.image.display())))?;
@@ -148,6 +150,15 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     }
     drop(program);
     let total_ms = ms_since(total);
+    // What the JIT did for this run (null for plugins without one).
+    let jit = match (jit_before, slot.jit_stats()) {
+        (Some(b), Some(a)) => Some((
+            a.compiles - b.compiles,
+            a.memory_hits - b.memory_hits,
+            (a.compile_ns - b.compile_ns) as f64 / 1e6,
+        )),
+        _ => None,
+    };
 
     let info = device.info()?;
     if a.json {
@@ -162,6 +173,9 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 "load": load_ms, "copy_in": copy_in_ms, "launch": launch_ms,
                 "copy_out": copy_out_ms, "total": total_ms,
             },
+            "jit": jit.map(|(compiles, memory_hits, compile_ms)| json!({
+                "compiles": compiles, "memory_hits": memory_hits, "compile_ms": compile_ms,
+            })),
             "buffers": buffers.iter().map(|b| json!({
                 "arg": b.index,
                 "type": b.ty.name(),
@@ -189,6 +203,9 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             head.join(", "),
             if b.len > SHOWN { ", ..." } else { "" }
         );
+    }
+    if let Some((compiles, hits, ms)) = jit.filter(|j| j.0 + j.1 > 0) {
+        println!("jit      {compiles} compile(s), {hits} cache hit(s), {ms:.3} ms compiling");
     }
     println!(
         "timings  load {load_ms:.3} ms, copy-in {copy_in_ms:.3} ms, launch {launch_ms:.3} ms, \
