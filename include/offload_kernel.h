@@ -14,9 +14,10 @@
  * CUDA's threadIdx, blockIdx, blockDim and gridDim for d = 0, 1, 2 (x, y, z); other d give 0.
  *
  * Host execution model: a launch of grid G and block B calls the kernel once per work item
- * (G*B calls). The IDs come from a thread-local context that the runtime's worker fills in
- * before each call; its layout below is a contract with the host plugin. Kernels without
- * barriers give the same results as on a GPU.
+ * (G*B calls). The IDs come from the worker's context, which the host plugin fills in before
+ * each call and hands out through a function pointer it sets when it loads the image; the
+ * layout below is a contract with the host plugin. Kernels without barriers give the same
+ * results as on a GPU.
  */
 #ifndef OFFLOAD_KERNEL_H
 #define OFFLOAD_KERNEL_H
@@ -79,7 +80,7 @@ OFFLOAD_DEVICE unsigned offload_grid_dim(int d) {
 #define OFFLOAD_KERNEL OFFLOAD_EXTERN_C __attribute__((visibility("default")))
 #define OFFLOAD_DEVICE static inline
 
-/* Filled in by the host plugin before each work item; layout is part of the plugin contract. */
+/* The worker's current work item; layout is part of the host plugin contract. */
 typedef struct offload_host_context {
   unsigned thread_id[3];
   unsigned block_id[3];
@@ -87,21 +88,24 @@ typedef struct offload_host_context {
   unsigned grid_dim[3];
 } offload_host_context;
 
-/* Weak so that every translation unit of a kernel library can include this header. */
+/* Set by the host plugin when it loads the image, to a function that returns the calling
+ * worker thread's context. The context lives in the plugin, not in this image: thread-local
+ * storage of a dlopen'ed image can move when other images are loaded and unloaded.
+ * Weak so that every translation unit of a kernel library can include this header. */
 OFFLOAD_EXTERN_C __attribute__((weak, visibility("default")))
-__thread offload_host_context __offload_host_ctx;
+const offload_host_context *(*__offload_host_context)(void);
 
 OFFLOAD_DEVICE unsigned offload_thread_id(int d) {
-  return (unsigned)d < 3u ? __offload_host_ctx.thread_id[d] : 0u;
+  return (unsigned)d < 3u ? __offload_host_context()->thread_id[d] : 0u;
 }
 OFFLOAD_DEVICE unsigned offload_block_id(int d) {
-  return (unsigned)d < 3u ? __offload_host_ctx.block_id[d] : 0u;
+  return (unsigned)d < 3u ? __offload_host_context()->block_id[d] : 0u;
 }
 OFFLOAD_DEVICE unsigned offload_block_dim(int d) {
-  return (unsigned)d < 3u ? __offload_host_ctx.block_dim[d] : 0u;
+  return (unsigned)d < 3u ? __offload_host_context()->block_dim[d] : 0u;
 }
 OFFLOAD_DEVICE unsigned offload_grid_dim(int d) {
-  return (unsigned)d < 3u ? __offload_host_ctx.grid_dim[d] : 0u;
+  return (unsigned)d < 3u ? __offload_host_context()->grid_dim[d] : 0u;
 }
 
 #endif

@@ -41,7 +41,8 @@ run_group() {
 }
 
 run_group core    -p offload-core -p offload
-run_group host    -p plugin-host-elf -p offload-tests -E 'binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests)'
+run_group jit     -p offload-jit
+run_group host    -p plugin-host-elf -p offload-tests -E 'binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
 
 step "per-plugin summary"
@@ -49,7 +50,8 @@ printf '%-12s %6s %6s %6s   %s\n' plugin passed failed skipped "what ran"
 for r in "${rows[@]}"; do echo "$r"; done
 printf '%-12s %6s %6s %6s   %s\n' cuda - - - "not run: no plugin-cuda crate yet (CUDA backend issue)"
 printf '%-12s %6s %6s %6s   %s\n' amdgpu - - - "not run: no plugin-amdgpu crate yet (AMDGPU backend issue)"
-echo "(nvptx64 and amdgcn builds of include/offload_kernel.h are checked in the host group: kernel_header)"
+echo "(jit: the engine on its own, incl. PTX/AMDGPU/x86-64 oracle tests against opt-19|llc-19;"
+echo " nvptx64 and amdgcn builds of include/offload_kernel.h are checked in the host group: kernel_header)"
 [ "$fail" -ne 0 ] && echo "fmt or clippy failed (see above)"
 echo
 echo "offload tests: $total_passed passed, $total_failed failed, $total_skipped skipped"

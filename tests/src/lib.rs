@@ -192,3 +192,54 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Compiles `kernels/<name>.c` for `target_args` into LLVM bitcode (`-emit-llvm -c`), or
+/// textual IR when `ext` is `ll`; host bitcode is position independent, as it must be to link
+/// into a shared object.
+pub fn kernel_ir(name: &str, target_args: &[&str], ext: &str) -> PathBuf {
+    let dir = scratch("kernel-ir");
+    let tag = target_args.join("_").replace(['=', '-', ' '], "_");
+    let out = dir.join(format!("{name}.{tag}.{ext}"));
+    if !out.exists() {
+        let src = repo_root().join("kernels").join(format!("{name}.c"));
+        let include = repo_root().join("include");
+        let tmp = dir.join(format!(
+            "{name}.{tag}.{:?}.tmp",
+            std::thread::current().id()
+        ));
+        let mut args = vec![
+            "-O2",
+            "-fPIC",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Werror",
+            "-emit-llvm",
+        ];
+        args.push(if ext == "ll" { "-S" } else { "-c" });
+        args.extend_from_slice(target_args);
+        args.extend([
+            "-I",
+            include.to_str().unwrap(),
+            src.to_str().unwrap(),
+            "-o",
+            tmp.to_str().unwrap(),
+        ]);
+        clang(&args);
+        std::fs::rename(&tmp, &out).unwrap();
+    }
+    out
+}
+
+/// Host bitcode of `kernels/<name>.c`.
+pub fn host_bitcode(name: &str) -> PathBuf {
+    kernel_ir(name, &[], "bc")
+}
+
+/// Resident set size of this process in bytes (from /proc/self/statm).
+pub fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    pages * page
+}

@@ -138,8 +138,10 @@ fn host_kernels_export_the_entry_and_the_context() {
         }
         assert!(
             f.dynamic_symbols()
-                .any(|s| s.name() == Ok("__offload_host_ctx") && s.kind() == SymbolKind::Tls),
-            "{file}: the work-item context must be an exported TLS symbol"
+                .any(|s| s.name() == Ok("__offload_host_context")
+                    && s.kind() == SymbolKind::Data
+                    && s.size() == 8),
+            "{file}: the work-item context getter must be an exported pointer variable"
         );
     }
 }

@@ -67,7 +67,7 @@ const TARGETS: [Target; 3] = [
 const KERNELS: [&str; 6] = ["saxpy", "stencil2d", "args16", "atomics", "ids", "empty"];
 
 fn oracle(t: &Target, input: &Path) -> Vec<u8> {
-    let opt = Command::new("opt-19")
+    let mut opt = Command::new("opt-19")
         .args([
             "-O3",
             &format!("-mcpu={}", t.cpu),
@@ -82,8 +82,11 @@ fn oracle(t: &Target, input: &Path) -> Vec<u8> {
     llc.args(["-O3", &format!("-mcpu={}", t.cpu)])
         .args(t.llc)
         .args(["-", "-o", "-"])
-        .stdin(opt.stdout.unwrap());
-    run(&mut llc)
+        .stdin(opt.stdout.take().expect("piped stdout"));
+    let out = run(&mut llc);
+    let status = opt.wait().expect("opt-19 exit status");
+    assert!(status.success(), "opt-19 failed on {}", input.display());
+    out
 }
 
 fn inputs(t: &Target) -> Vec<PathBuf> {

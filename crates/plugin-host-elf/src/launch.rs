@@ -4,12 +4,12 @@ use crate::program::Program;
 use libffi::middle::{Cif, Type};
 use offload_core::{KernelArg, LaunchDims};
 use rayon::prelude::*;
-use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// The per-thread work-item context that `include/offload_kernel.h` declares for host builds
-/// (`__offload_host_ctx`). The layout is a contract with the header.
+/// The work-item context `include/offload_kernel.h` reads on the host (`offload_host_context`).
+/// The layout is a contract with the header. One per worker thread, owned by the plugin (which
+/// is never unloaded, so its thread-local storage never moves).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HostContext {
@@ -21,6 +21,25 @@ pub struct HostContext {
     pub block_dim: [u32; 3],
     /// `offload_grid_dim(0..2)`
     pub grid_dim: [u32; 3],
+}
+
+/// Type of the header's `__offload_host_context` variable.
+pub type ContextGetter = extern "C" fn() -> *const HostContext;
+
+thread_local! {
+    static CONTEXT: std::cell::UnsafeCell<HostContext> = const {
+        std::cell::UnsafeCell::new(HostContext {
+            thread_id: [0; 3],
+            block_id: [0; 3],
+            block_dim: [0; 3],
+            grid_dim: [0; 3],
+        })
+    };
+}
+
+/// The calling worker's context; what loaded images call to read their IDs.
+pub extern "C" fn current_context() -> *const HostContext {
+    CONTEXT.with(|c| c.get() as *const HostContext)
 }
 
 /// Storage of one argument value, addressed by libffi.
@@ -116,8 +135,8 @@ impl PreparedCall {
             (block / (gx * gy)) as u32,
         ];
         if let Some(ctx) = ctx {
-            // SAFETY: `ctx` is this thread's instance of the image's context variable, which
-            // lives as long as the image (kept alive by `self.program`).
+            // SAFETY: `ctx` is this thread's own context (a thread-local of the plugin); only
+            // this thread writes it, and the kernel reads it only during the calls below.
             unsafe {
                 (*ctx).block_id = block_id;
                 (*ctx).block_dim = dims.block;
@@ -148,24 +167,9 @@ impl PreparedCall {
         }
     }
 
-    /// This thread's context pointer for the program, cached per thread (program uids are
-    /// never reused, so a stale entry can never match).
+    /// This thread's context, if the image reads one.
     fn context(&self) -> Option<*mut HostContext> {
-        thread_local! {
-            static CACHE: Cell<(u64, *mut HostContext)> = const { Cell::new((0, std::ptr::null_mut())) };
-        }
-        if !self.program.has_context {
-            return None;
-        }
-        CACHE.with(|c| {
-            let (uid, p) = c.get();
-            if uid == self.program.uid {
-                return Some(p);
-            }
-            let p = self.program.context_for_this_thread()? as *mut HostContext;
-            c.set((self.program.uid, p));
-            Some(p)
-        })
+        self.program.has_context.then(|| CONTEXT.with(|c| c.get()))
     }
 
     /// Runs the whole grid: blocks spread over `pool`, or inline when there is one block.

@@ -14,16 +14,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Process-wide unique program ids (never reused), used to key per-thread caches.
+/// Process-wide unique program ids (never reused): memfd names.
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
-/// Name of the thread-local work-item context the kernel header defines for host builds.
-pub const CONTEXT_SYMBOL: &CStr = c"__offload_host_ctx";
+/// Name of the function-pointer variable the kernel header defines for host builds; the plugin
+/// points it at [`crate::launch::current_context`] when it loads the image.
+pub const CONTEXT_SYMBOL: &CStr = c"__offload_host_context";
 
 /// A shared object loaded by the dynamic loader from a memfd.
 #[derive(Debug)]
 pub struct Program {
-    pub uid: u64,
     handle: *mut c_void,
     fd: Option<OwnedFd>,
     path: CString,
@@ -90,9 +90,16 @@ impl Program {
             )));
         }
         // SAFETY: valid handle and symbol name.
-        let has_context = !unsafe { libc::dlsym(handle, CONTEXT_SYMBOL.as_ptr()) }.is_null();
+        let slot = unsafe { libc::dlsym(handle, CONTEXT_SYMBOL.as_ptr()) };
+        let has_context = !slot.is_null();
+        if has_context {
+            // SAFETY: the header defines the symbol as a writable, pointer-sized variable
+            // holding `const offload_host_context *(*)(void)`; nothing runs in the image yet.
+            unsafe {
+                (slot as *mut crate::launch::ContextGetter).write(crate::launch::current_context);
+            }
+        }
         Ok(Program {
-            uid,
             handle,
             fd: Some(fd),
             path,
@@ -108,17 +115,6 @@ impl Program {
         let c = CString::new(name).ok()?;
         // SAFETY: valid handle and C string.
         let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    }
-
-    /// This thread's instance of the work-item context, if the image has one. Thread-local
-    /// symbols resolve to the calling thread's copy.
-    pub fn context_for_this_thread(&self) -> Option<*mut c_void> {
-        if !self.has_context {
-            return None;
-        }
-        // SAFETY: valid handle and symbol name.
-        let p = unsafe { libc::dlsym(self.handle, CONTEXT_SYMBOL.as_ptr()) };
         (!p.is_null()).then_some(p)
     }
 }

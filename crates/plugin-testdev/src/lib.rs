@@ -7,7 +7,8 @@
 //! argument (0 if none). A kernel named `panic` panics, to test that the ABI layer catches it.
 //!
 //! `OFFLOAD_TESTDEV_MODE` damages the plugin on purpose, for the runtime's ABI tests:
-//! `bad-magic`, `bad-major`, `short-table`, `null-entry` (entry returns null), `panic-entry`
+//! `bad-magic`, `bad-major`, `short-table`, `abi-1.0` (a valid table of the oldest minor
+//! version, without later entries), `null-entry` (entry returns null), `panic-entry`
 //! (the constructor panics), `init-error` (init fails), `no-devices` (init reports 0).
 //! `OFFLOAD_TESTDEV_DEVICES` sets the device count (default 2).
 
@@ -299,6 +300,10 @@ pub extern "C" fn offload_plugin_entry() -> *const offload_core::abi::PluginTabl
         "bad-magic" => damaged(&|h| h.magic = u64::from_le_bytes(*b"NOTAPLUG")),
         "bad-major" => damaged(&|h| h.abi_major += 1),
         "short-table" => damaged(&|h| h.table_size = 64),
+        "abi-1.0" => damaged(&|h| {
+            h.abi_minor = 0;
+            h.table_size = offload_core::abi::TABLE_SIZE_1_0 as u32;
+        }),
         "null-entry" => std::ptr::null(),
         _ => table,
     }
