@@ -336,7 +336,9 @@ pub struct GlobalSymbol {
     pub size: u64,
 }
 
-/// Counters of a plugin's JIT engine (cache and compiles) since it was made.
+/// Counters of a plugin's JIT engine (cache and compiles) since it was made. `repr(C)` with
+/// only `u64` fields: it crosses the plugin ABI as it is.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JitStats {
     /// Requests served from memory.

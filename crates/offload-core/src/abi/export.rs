@@ -6,8 +6,8 @@
 //! images must be non-empty and pointers non-null, and every panic is caught.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiHeader, AbiJitStats, AbiKernelArg,
-    AbiLaunchDims, AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiHeader, AbiKernelArg, AbiLaunchDims,
+    AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
 };
 use crate::error::{Error, Result};
 use crate::traits::{GenericDevice, GenericPlugin};
@@ -610,11 +610,11 @@ unsafe extern "C" fn abi_queue_destroy(ctx: Ctx, dev: u32, q: u64, err: Err) -> 
     }
 }
 
-unsafe extern "C" fn abi_jit_stats(ctx: Ctx, out: *mut AbiJitStats, err: Err) -> i32 {
+unsafe extern "C" fn abi_jit_stats(ctx: Ctx, out: *mut crate::JitStats, err: Err) -> i32 {
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| match s.plugin.jit_stats() {
-            Some(stats) => write_out(out, AbiJitStats::from(stats)),
+            Some(stats) => write_out(out, stats),
             None => Err(Error::Unsupported(format!(
                 "plugin '{}' has no JIT engine",
                 s.plugin.name()

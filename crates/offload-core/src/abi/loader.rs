@@ -5,8 +5,8 @@
 //! destructors is a known crash, and plugin tables hand out static pointers.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiJitStats, AbiKernelArg,
-    AbiLaunchDims, AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE, TABLE_SIZE_1_0,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiKernelArg, AbiLaunchDims,
+    AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE, TABLE_SIZE_1_0,
 };
 use crate::error::{Error, Result};
 use crate::traits::{GenericDevice, GenericPlugin};
@@ -261,13 +261,13 @@ impl GenericPlugin for LoadedPlugin {
         if (t.header.table_size as usize) < end {
             return None;
         }
-        let mut out = AbiJitStats::default();
+        let mut out = crate::JitStats::default();
         // SAFETY: the table covers the entry (checked above); `out` is a live local.
         self.call("jit_stats", |err| unsafe {
             (t.jit_stats)(t.ctx, &mut out, err)
         })
         .ok()
-        .map(|()| crate::JitStats::from(out))
+        .map(|()| out)
     }
 
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {

@@ -235,76 +235,12 @@ pub struct PluginTable {
     pub queue_destroy: unsafe extern "C" fn(Ctx, dev: u32, queue: u64, Err) -> i32,
     // ---- ABI 1.1 ----
     /// JIT counters; fails with `Unsupported` for a plugin without a JIT engine.
-    pub jit_stats: unsafe extern "C" fn(Ctx, out: *mut AbiJitStats, Err) -> i32,
+    pub jit_stats: unsafe extern "C" fn(Ctx, out: *mut crate::JitStats, Err) -> i32,
 }
 
 /// Size of a 1.0 table: the smallest table the runtime accepts. Entries after it are used only
 /// when the plugin's `table_size` covers them.
 pub const TABLE_SIZE_1_0: usize = std::mem::offset_of!(PluginTable, jit_stats);
-
-/// [`crate::JitStats`] on the ABI.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AbiJitStats {
-    /// See [`crate::JitStats`].
-    pub memory_hits: u64,
-    /// See [`crate::JitStats`].
-    pub shared_waits: u64,
-    /// See [`crate::JitStats`].
-    pub misses: u64,
-    /// See [`crate::JitStats`].
-    pub compiles: u64,
-    /// See [`crate::JitStats`].
-    pub failures: u64,
-    /// See [`crate::JitStats`].
-    pub compile_ns: u64,
-    /// See [`crate::JitStats`].
-    pub entries: u64,
-    /// See [`crate::JitStats`].
-    pub bytes: u64,
-    /// See [`crate::JitStats`].
-    pub evictions: u64,
-    /// See [`crate::JitStats`].
-    pub in_flight: u64,
-    /// See [`crate::JitStats`].
-    pub peak_in_flight: u64,
-}
-
-impl From<crate::JitStats> for AbiJitStats {
-    fn from(s: crate::JitStats) -> Self {
-        AbiJitStats {
-            memory_hits: s.memory_hits,
-            shared_waits: s.shared_waits,
-            misses: s.misses,
-            compiles: s.compiles,
-            failures: s.failures,
-            compile_ns: s.compile_ns,
-            entries: s.entries,
-            bytes: s.bytes,
-            evictions: s.evictions,
-            in_flight: s.in_flight,
-            peak_in_flight: s.peak_in_flight,
-        }
-    }
-}
-
-impl From<AbiJitStats> for crate::JitStats {
-    fn from(s: AbiJitStats) -> Self {
-        crate::JitStats {
-            memory_hits: s.memory_hits,
-            shared_waits: s.shared_waits,
-            misses: s.misses,
-            compiles: s.compiles,
-            failures: s.failures,
-            compile_ns: s.compile_ns,
-            entries: s.entries,
-            bytes: s.bytes,
-            evictions: s.evictions,
-            in_flight: s.in_flight,
-            peak_in_flight: s.peak_in_flight,
-        }
-    }
-}
 
 // SAFETY: the table is immutable after construction and the plugin state behind `ctx` is
 // `Send + Sync` (it wraps a `dyn GenericPlugin`); the header's string pointers point to
