@@ -89,8 +89,9 @@ pub fn module_triple(bytes: &[u8]) -> Result<String> {
 fn lazy_bitcode_triple(bytes: &[u8]) -> Result<String> {
     use llvm_sys::bit_reader::LLVMGetBitcodeModuleInContext2;
     use llvm_sys::core::*;
+    let mut diagnostics = Diagnostics::default();
     let context = Context::create();
-    let diagnostics = install_diagnostic_handler(&context);
+    install_diagnostic_handler(&context, &mut diagnostics);
     let buffer = MemoryBuffer::create_from_memory_range_copy(bytes, "image");
     let mut module = std::ptr::null_mut();
     // SAFETY: valid context and buffer. The lazy module takes ownership of the buffer on
@@ -151,19 +152,17 @@ extern "C" fn diagnostic_handler(info: llvm_sys::prelude::LLVMDiagnosticInfoRef,
     }
 }
 
-/// Installs the handler; the returned box must outlive the context's last use.
-fn install_diagnostic_handler(context: &Context) -> Box<Diagnostics> {
-    let mut diagnostics = Box::<Diagnostics>::default();
-    // SAFETY: the handler only touches the `Diagnostics` we pass, which the caller keeps alive
-    // for as long as the context is used.
+/// Installs the handler. `diagnostics` must be declared before the context so that it is
+/// dropped after it (locals drop in reverse order), on every return path.
+fn install_diagnostic_handler(context: &Context, diagnostics: &mut Diagnostics) {
+    // SAFETY: the handler only touches `diagnostics`, which outlives the context (see above).
     unsafe {
         llvm_sys::core::LLVMContextSetDiagnosticHandler(
             context.as_ctx_ref(),
             Some(diagnostic_handler),
-            &mut *diagnostics as *mut Diagnostics as *mut c_void,
+            diagnostics as *mut Diagnostics as *mut c_void,
         );
     }
-    diagnostics
 }
 
 /// What to generate code for.
@@ -292,8 +291,9 @@ fn retarget(module: &Module<'_>, context: &Context, cpu: &str, features: &str) {
 /// Compiles `image` (bitcode or IR) to PTX text or an object file.
 pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Result<Vec<u8>> {
     let tm = target_machine(t, config.opt_level)?;
+    let mut diagnostics = Diagnostics::default();
     let context = Context::create();
-    let diagnostics = install_diagnostic_handler(&context);
+    install_diagnostic_handler(&context, &mut diagnostics);
     let module = match &config.replacement_module {
         Some(r) => parse(
             &context,
@@ -352,9 +352,5 @@ pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Resul
     if !diagnostics.0.is_empty() {
         return Err(Error::CompileFailure(diagnostics.0.join("; ")));
     }
-    let bytes = out.as_slice().to_vec();
-    drop(module);
-    drop(context);
-    drop(diagnostics);
-    Ok(bytes)
+    Ok(out.as_slice().to_vec())
 }

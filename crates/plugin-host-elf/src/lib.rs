@@ -71,8 +71,12 @@ impl HostJit {
 
     /// Compiles (or finds in the cache) the shared object for `bitcode`.
     pub fn compile(&self, bitcode: &[u8]) -> Result<offload_jit::JitOutput> {
-        let link = self.link.get_or_init(LinkSharedObject::host).clone()?;
-        self.engine.compile(bitcode, &self.target, &link)
+        let link = self
+            .link
+            .get_or_init(LinkSharedObject::host)
+            .as_ref()
+            .map_err(Clone::clone)?;
+        self.engine.compile(bitcode, &self.target, link)
     }
 }
 
