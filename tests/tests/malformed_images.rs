@@ -143,3 +143,43 @@ fn malformed_images_through_the_command_fail_with_status_1_and_one_line() {
         assert!(!err.contains("panicked"), "{case}: {err}");
     }
 }
+
+#[test]
+fn thousands_of_mutated_images_never_panic_the_checks() {
+    // Byte flips, truncations and header-field rewrites of a real kernel image: every one must
+    // be answered (accepted or refused with an error), never with a panic inside the plugin
+    // (which the ABI layer would report as PluginPanic) or a crash. Only the checks run: a
+    // corrupted image that passes them is not handed to the dynamic loader here.
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let original = saxpy();
+    let noise = random_bytes(3 * 4000, 0xfeed);
+    let (mut accepted, mut refused) = (0, 0);
+    for i in 0..4000usize {
+        let mut image = original.clone();
+        let r = &noise[3 * i..3 * i + 3];
+        let at = (usize::from(r[0]) << 8 | usize::from(r[1])) % image.len();
+        match i % 4 {
+            0 => image[at] ^= r[2] | 1,
+            1 => image.truncate(at.max(1)),
+            // Header fields (offsets, counts, sizes) are where parsers go wrong.
+            2 => image[at % 64] = r[2],
+            _ => {
+                let end = (at + 8).min(image.len());
+                image[at..end].fill(r[2]);
+            }
+        }
+        match device.raw().check_image(&image) {
+            Ok(()) => accepted += 1,
+            Err(Error::PluginPanic(m)) => panic!("mutation {i} panicked the plugin: {m}"),
+            Err(_) => refused += 1,
+        }
+        if let Err(Error::PluginPanic(m)) = rt.route(&image) {
+            panic!("mutation {i} panicked routing: {m}");
+        }
+    }
+    assert!(
+        refused > 1000,
+        "most mutations must be refused ({accepted} accepted, {refused} refused)"
+    );
+}
