@@ -91,8 +91,10 @@ typedef struct offload_host_context {
 /* Set by the host plugin when it loads the image, to a function that returns the calling
  * worker thread's context. The context lives in the plugin, not in this image: thread-local
  * storage of a dlopen'ed image can move when other images are loaded and unloaded.
- * Weak so that every translation unit of a kernel library can include this header. */
-OFFLOAD_EXTERN_C __attribute__((weak, visibility("default")))
+ * Weak so that every translation unit of a kernel library can include this header; protected
+ * so that the image's own code always reads its own copy, even if the program or another
+ * library exports a symbol of the same name. */
+OFFLOAD_EXTERN_C __attribute__((weak, visibility("protected")))
 const offload_host_context *(*__offload_host_context)(void);
 
 OFFLOAD_DEVICE unsigned offload_thread_id(int d) {
