@@ -408,3 +408,90 @@ fn offload_jit_writes_what_the_plugin_would_load() {
     );
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn launches_of_jit_kernels_are_checked_against_the_kernel_signature() {
+    let bc = host_bitcode("saxpy");
+    let bc = bc.to_str().unwrap();
+    // Three arguments for a four-argument kernel.
+    let out = offload(
+        &[
+            "run",
+            bc,
+            "--kernel",
+            "saxpy",
+            "--arg",
+            "i32:4",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:4",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("kernel 'saxpy' takes 4 argument(s) (i32, float, ptr, ptr); the launch passes 3 (i32, f32, ptr)"), "{err}");
+    // A double where the kernel takes a float.
+    let out = offload(
+        &[
+            "run",
+            bc,
+            "--kernel",
+            "saxpy",
+            "--arg",
+            "i32:4",
+            "--arg",
+            "f64:2",
+            "--arg",
+            "buf:f32:4",
+            "--arg",
+            "buf:f32:4",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("argument 1 is float in the kernel; the launch passes f64"),
+        "{}",
+        stderr(&out)
+    );
+    // The 16-argument kernel from bitcode, with the right types, runs.
+    let args16 = host_bitcode("args16");
+    let mut args = vec![
+        "run",
+        args16.to_str().unwrap(),
+        "--kernel",
+        "args16",
+        "--block",
+        "4",
+    ];
+    for s in [
+        "i32:1",
+        "i64:2",
+        "f32:3",
+        "f64:4",
+        "i32:5",
+        "f32:6",
+        "f64:7",
+        "i64:8",
+        "f32:9",
+        "f64:10",
+        "i32:11",
+        "f64:12",
+        "f32:13",
+        "i64:14",
+        "buf:f64:4",
+        "i32:4",
+    ] {
+        args.extend(["--arg", s]);
+    }
+    let out = offload(&args, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // sum(k * k for k in 1..=14) = 1015, times (i + 1)
+    assert!(
+        stdout(&out).contains("f64[4] = [1015, 2030, 3045, 4060]"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -209,6 +209,19 @@ pub mod arg_kind {
 }
 
 impl KernelArg {
+    /// The type's spelling (`i32`, `f64`, `ptr`, ...).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            KernelArg::I32(_) => "i32",
+            KernelArg::U32(_) => "u32",
+            KernelArg::I64(_) => "i64",
+            KernelArg::U64(_) => "u64",
+            KernelArg::F32(_) => "f32",
+            KernelArg::F64(_) => "f64",
+            KernelArg::Ptr(_) => "ptr",
+        }
+    }
+
     /// Size of the argument in a packed GPU argument buffer (also its alignment).
     pub fn size(&self) -> usize {
         match self {

@@ -52,6 +52,55 @@ impl KeyBuilder {
     }
 }
 
+/// The type of a kernel parameter as the module declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamType {
+    /// `i32` (C `int`, `unsigned`).
+    I32,
+    /// `i64` (C `long long`, `size_t` on 64-bit targets).
+    I64,
+    /// `float`.
+    F32,
+    /// `double`.
+    F64,
+    /// Any pointer.
+    Ptr,
+    /// Anything else, spelled as LLVM prints it (`i16`, `<4 x float>`, a struct, ...).
+    Other(String),
+}
+
+impl std::fmt::Display for ParamType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamType::I32 => f.write_str("i32"),
+            ParamType::I64 => f.write_str("i64"),
+            ParamType::F32 => f.write_str("float"),
+            ParamType::F64 => f.write_str("double"),
+            ParamType::Ptr => f.write_str("ptr"),
+            ParamType::Other(t) => f.write_str(t),
+        }
+    }
+}
+
+/// An exported function of a compiled module and its parameter types, so that a launch with
+/// the wrong arguments can be refused instead of calling the kernel with garbage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSignature {
+    /// Symbol name.
+    pub name: String,
+    /// Parameter types in order.
+    pub params: Vec<ParamType>,
+}
+
+/// What one compile produces.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompileOutput {
+    /// The image bytes.
+    pub bytes: Vec<u8>,
+    /// Signatures of the module's exported functions.
+    pub signatures: Vec<KernelSignature>,
+}
+
 /// A compiled image as the cache hands it out.
 #[derive(Debug)]
 pub struct CompiledImage {
@@ -59,6 +108,8 @@ pub struct CompiledImage {
     pub key: CacheKey,
     /// What the device loads (PTX text, an object, or a linked image).
     pub bytes: Vec<u8>,
+    /// Signatures of the module's exported functions.
+    pub signatures: Vec<KernelSignature>,
     /// How long the compile (and post-processing) took.
     pub compile_time: Duration,
 }
@@ -127,7 +178,7 @@ impl Cache {
     pub fn get_or_compile(
         &self,
         key: CacheKey,
-        compile: impl FnOnce() -> Result<Vec<u8>>,
+        compile: impl FnOnce() -> Result<CompileOutput>,
     ) -> Result<(Arc<CompiledImage>, Served)> {
         let flight = {
             let mut inner = lock(&self.inner);
@@ -163,10 +214,11 @@ impl Cache {
         let started = Instant::now();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(compile))
             .unwrap_or_else(|_| Err(Error::CompileFailure("the compiler panicked".into())))
-            .map(|bytes| {
+            .map(|out| {
                 Arc::new(CompiledImage {
                     key,
-                    bytes,
+                    bytes: out.bytes,
+                    signatures: out.signatures,
                     compile_time: started.elapsed(),
                 })
             });
@@ -253,6 +305,13 @@ mod tests {
         KeyBuilder::new().field("n", &[n]).finish()
     }
 
+    fn out(bytes: Vec<u8>) -> CompileOutput {
+        CompileOutput {
+            bytes,
+            signatures: Vec::new(),
+        }
+    }
+
     #[test]
     fn keys_are_length_prefixed() {
         let a = KeyBuilder::new()
@@ -284,7 +343,7 @@ mod tests {
                         .get_or_compile(key(1), || {
                             compiles.fetch_add(1, Ordering::SeqCst);
                             std::thread::sleep(Duration::from_millis(50));
-                            Ok(vec![7; 10])
+                            Ok(out(vec![7; 10]))
                         })
                         .unwrap();
                     assert_eq!(img.bytes, vec![7; 10]);
@@ -305,7 +364,7 @@ mod tests {
             .get_or_compile(key(2), || Err(Error::CompileFailure("bad".into())))
             .unwrap_err();
         assert!(e.to_string().contains("bad"));
-        let (_, served) = cache.get_or_compile(key(2), || Ok(vec![1])).unwrap();
+        let (_, served) = cache.get_or_compile(key(2), || Ok(out(vec![1]))).unwrap();
         assert_eq!(served, Served::Compiled);
         let e = cache.get_or_compile(key(3), || panic!("boom")).unwrap_err();
         assert!(e.to_string().contains("panicked"));
@@ -315,18 +374,27 @@ mod tests {
     #[test]
     fn eviction_is_lru_and_spares_images_in_use() {
         let cache = Cache::new(25);
-        let (held, _) = cache.get_or_compile(key(1), || Ok(vec![0; 10])).unwrap();
-        cache.get_or_compile(key(2), || Ok(vec![0; 10])).unwrap();
-        cache.get_or_compile(key(3), || Ok(vec![0; 10])).unwrap();
+        let (held, _) = cache
+            .get_or_compile(key(1), || Ok(out(vec![0; 10])))
+            .unwrap();
+        cache
+            .get_or_compile(key(2), || Ok(out(vec![0; 10])))
+            .unwrap();
+        cache
+            .get_or_compile(key(3), || Ok(out(vec![0; 10])))
+            .unwrap();
         // 30 bytes > 25: key 1 is the oldest but held, so key 2 goes.
         let st = cache.stats();
         assert_eq!((st.entries, st.bytes, st.evictions), (2, 20, 1));
         assert_eq!(
-            cache.get_or_compile(key(1), || Ok(vec![9])).unwrap().1,
+            cache.get_or_compile(key(1), || Ok(out(vec![9]))).unwrap().1,
             Served::MemoryHit
         );
         assert_eq!(
-            cache.get_or_compile(key(2), || Ok(vec![0; 10])).unwrap().1,
+            cache
+                .get_or_compile(key(2), || Ok(out(vec![0; 10])))
+                .unwrap()
+                .1,
             Served::Compiled
         );
         drop(held);

@@ -6,6 +6,7 @@
 //! captured by a handler on the context (without one, LLVM exits the process on an error
 //! diagnostic).
 
+use crate::cache::{CompileOutput, KernelSignature, ParamType};
 use crate::config::JitConfig;
 use crate::target_info;
 use inkwell::OptimizationLevel;
@@ -288,8 +289,40 @@ fn retarget(module: &Module<'_>, context: &Context, cpu: &str, features: &str) {
     }
 }
 
+/// The exported functions of a module with their parameter types.
+fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
+    use inkwell::module::Linkage;
+    use inkwell::types::BasicMetadataTypeEnum as T;
+    module
+        .get_functions()
+        .filter(|f| f.count_basic_blocks() > 0)
+        .filter(|f| !matches!(f.get_linkage(), Linkage::Internal | Linkage::Private))
+        .map(|f| KernelSignature {
+            name: f.get_name().to_string_lossy().into_owned(),
+            params: f
+                .get_type()
+                .get_param_types()
+                .into_iter()
+                .map(|p| match p {
+                    T::IntType(i) if i.get_bit_width() == 32 => ParamType::I32,
+                    T::IntType(i) if i.get_bit_width() == 64 => ParamType::I64,
+                    T::PointerType(_) => ParamType::Ptr,
+                    T::FloatType(t) => match t.print_to_string().to_string_lossy().as_ref() {
+                        "float" => ParamType::F32,
+                        "double" => ParamType::F64,
+                        other => ParamType::Other(other.to_string()),
+                    },
+                    other => {
+                        ParamType::Other(other.print_to_string().to_string_lossy().into_owned())
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// Compiles `image` (bitcode or IR) to PTX text or an object file.
-pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Result<Vec<u8>> {
+pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Result<CompileOutput> {
     let tm = target_machine(t, config.opt_level)?;
     let mut diagnostics = Diagnostics::default();
     let context = Context::create();
@@ -318,6 +351,7 @@ pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Resul
         module.set_data_layout(&tm.get_target_data().get_data_layout());
     }
     retarget(&module, &context, t.cpu, t.features);
+    let signatures = signatures(&module);
     module.verify().map_err(|e| {
         Error::CompileFailure(format!("IR verification failed: {}", e.to_string_lossy()))
     })?;
@@ -339,7 +373,10 @@ pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Resul
         out.write(module.print_to_string().to_bytes())?;
     }
     if let Some(r) = &config.replacement_object {
-        return Ok(r.bytes.clone());
+        return Ok(CompileOutput {
+            bytes: r.bytes.clone(),
+            signatures,
+        });
     }
     let file_type = if emits_assembly(t.triple) {
         FileType::Assembly
@@ -352,5 +389,8 @@ pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Resul
     if !diagnostics.0.is_empty() {
         return Err(Error::CompileFailure(diagnostics.0.join("; ")));
     }
-    Ok(out.as_slice().to_vec())
+    Ok(CompileOutput {
+        bytes: out.as_slice().to_vec(),
+        signatures,
+    })
 }

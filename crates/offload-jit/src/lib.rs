@@ -23,7 +23,9 @@ pub mod config;
 pub mod postprocess;
 mod target_info;
 
-pub use cache::{CacheKey, CompiledImage, JitStats, Served};
+pub use cache::{
+    CacheKey, CompileOutput, CompiledImage, JitStats, KernelSignature, ParamType, Served,
+};
 pub use config::JitConfig;
 pub use postprocess::{LinkSharedObject, PostProcess, Unchanged};
 
@@ -235,12 +237,16 @@ impl JitEngine {
                 cpu: &target.compute_unit_kind,
                 features: &target.features,
             };
-            let result =
-                compile::compile(image, &t, &self.config).and_then(|generated| post.run(generated));
+            let result = compile::compile(image, &t, &self.config).and_then(|generated| {
+                Ok(CompileOutput {
+                    bytes: post.run(generated.bytes)?,
+                    signatures: generated.signatures,
+                })
+            });
             if let Some(o) = &observer {
                 o(CompileEvent::Finished(key));
             }
-            let bytes = result?;
+            let output = result?;
             if let Some(dir) = &self.config.save_image_dir {
                 let ext = if compile::emits_assembly(&self.triple) {
                     "ptx"
@@ -251,9 +257,9 @@ impl JitEngine {
                     variable: dir.variable.clone(),
                     path: dir.path.join(format!("{}.{ext}", key.hex())),
                 }
-                .write(&bytes)?;
+                .write(&output.bytes)?;
             }
-            Ok(bytes)
+            Ok(output)
         })?;
         Ok(JitOutput { image, served })
     }

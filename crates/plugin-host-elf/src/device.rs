@@ -8,6 +8,7 @@ use offload_core::{
     DeviceInfo, DeviceLimits, DevicePtr, ElfImage, Error, GenericDevice, GlobalSymbol, KernelArg,
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result,
 };
+use offload_jit::ParamType;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +20,46 @@ struct Kernel {
     program_handle: u64,
     func: *mut c_void,
     name: String,
+    /// Parameter types, when the image came from the JIT (native images carry none).
+    params: Option<Vec<ParamType>>,
+}
+
+/// Refuses a launch whose arguments do not match the kernel's parameters: calling a C function
+/// with the wrong arguments is undefined behaviour, a wrong result at best.
+fn check_arguments(name: &str, params: &[ParamType], args: &[KernelArg]) -> Result<()> {
+    let list = |v: Vec<String>| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    if params.len() != args.len() {
+        return Err(Error::InvalidArgument(format!(
+            "kernel '{name}' takes {} argument(s) ({}); the launch passes {} ({})",
+            params.len(),
+            list(params.iter().map(ToString::to_string).collect()),
+            args.len(),
+            list(args.iter().map(|a| a.type_name().to_string()).collect()),
+        )));
+    }
+    for (i, (p, a)) in params.iter().zip(args).enumerate() {
+        let fits = matches!(
+            (p, a),
+            (ParamType::I32, KernelArg::I32(_) | KernelArg::U32(_))
+                | (ParamType::I64, KernelArg::I64(_) | KernelArg::U64(_))
+                | (ParamType::F32, KernelArg::F32(_))
+                | (ParamType::F64, KernelArg::F64(_))
+                | (ParamType::Ptr, KernelArg::Ptr(_))
+        );
+        if !fits {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' argument {i} is {p} in the kernel; the launch passes {}",
+                a.type_name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 // SAFETY: `func` is a code address inside `program`, which the `Arc` keeps loaded; calling it
@@ -26,6 +67,47 @@ struct Kernel {
 unsafe impl Send for Kernel {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Kernel {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_checked_against_the_kernel_signature() {
+        let params = [
+            ParamType::I32,
+            ParamType::F32,
+            ParamType::Ptr,
+            ParamType::Ptr,
+        ];
+        let ptr = KernelArg::Ptr(DevicePtr(64));
+        let good = [KernelArg::U32(1), KernelArg::F32(2.0), ptr, ptr];
+        check_arguments("saxpy", &params, &good).unwrap();
+        let e = check_arguments("saxpy", &params, &good[..3])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "takes 4 argument(s) (i32, float, ptr, ptr); the launch passes 3 (u32, f32, ptr)"
+            ),
+            "{e}"
+        );
+        let e = check_arguments(
+            "saxpy",
+            &params,
+            &[KernelArg::I32(1), KernelArg::F64(2.0), ptr, ptr],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("argument 1 is float in the kernel; the launch passes f64"),
+            "{e}"
+        );
+        let odd = [ParamType::Other("i16".into())];
+        assert!(check_arguments("k", &odd, &[KernelArg::I32(1)]).is_err());
+        check_arguments("empty", &[], &[]).unwrap();
+    }
+}
 
 #[derive(Debug)]
 pub struct HostDevice {
@@ -228,6 +310,13 @@ impl GenericDevice for HostDevice {
                 )));
             }
         };
+        let params = p.jit_image.as_ref().and_then(|image| {
+            image
+                .signatures
+                .iter()
+                .find(|s| s.name == name)
+                .map(|s| s.params.clone())
+        });
         let handle = self.handle();
         lock(&self.kernels).insert(
             handle,
@@ -236,6 +325,7 @@ impl GenericDevice for HostDevice {
                 program_handle: program.0,
                 func,
                 name: name.to_string(),
+                params,
             }),
         );
         Ok(KernelHandle(handle))
@@ -343,8 +433,12 @@ impl GenericDevice for HostDevice {
                 kernel.0, self.index
             ))
         })?;
+        if let Some(params) = &k.params {
+            check_arguments(&k.name, params, args)?;
+        }
         // SAFETY: `k.func` is a function exported by `k.program`; that its C signature matches
-        // `args` is the launch contract (the same one a GPU driver relies on).
+        // `args` is checked above for JIT images and is the launch contract otherwise (the same
+        // one a GPU driver relies on).
         let call = unsafe { PreparedCall::new(k.program.clone(), k.func, args) };
         let pointers: Vec<(usize, DevicePtr)> = args
             .iter()
