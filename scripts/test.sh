@@ -42,8 +42,17 @@ run_group() {
 
 run_group core    -p offload-core -p offload
 run_group jit     -p offload-jit
-run_group host    -p plugin-host-elf -p offload-tests -E 'binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory)'
+run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
+
+# Every test of the workspace must belong to some group: a test no group runs is a test CI
+# never runs.
+listed=$(cargo nextest list --workspace --message-format oneline 2>/dev/null | grep -c .)
+ran=$((total_passed + total_failed))
+if [ "$listed" -ne "$ran" ]; then
+  echo "the groups ran $ran tests but the workspace has $listed: a test belongs to no group"
+  fail=1
+fi
 
 step "per-plugin summary"
 printf '%-12s %6s %6s %6s   %s\n' plugin passed failed skipped "what ran"
@@ -52,7 +61,7 @@ printf '%-12s %6s %6s %6s   %s\n' cuda - - - "not run: no plugin-cuda crate yet 
 printf '%-12s %6s %6s %6s   %s\n' amdgpu - - - "not run: no plugin-amdgpu crate yet (AMDGPU backend issue)"
 echo "(jit: the engine on its own, incl. PTX/AMDGPU/x86-64 oracle tests against opt-19|llc-19;"
 echo " nvptx64 and amdgcn builds of include/offload_kernel.h are checked in the host group: kernel_header)"
-[ "$fail" -ne 0 ] && echo "fmt or clippy failed (see above)"
+[ "$fail" -ne 0 ] && echo "fmt, clippy or the group coverage check failed (see above)"
 echo
 echo "offload tests: $total_passed passed, $total_failed failed, $total_skipped skipped"
 [ "$fail" -eq 0 ] && [ "$total_failed" -eq 0 ]
