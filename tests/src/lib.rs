@@ -243,3 +243,19 @@ pub fn resident_bytes() -> u64 {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     pages * page
 }
+
+/// Loads `image` on `device`, launches its `which` kernel (kernels/variant_*.c) over 64 work
+/// items writing into `out`, unloads it, and returns what the kernel wrote.
+pub fn run_which(device: &offload::Device, out: &offload::DeviceBuffer, image: &[u8]) -> Vec<u32> {
+    use offload::{KernelArg, LaunchDims};
+    let program = device.load(image).unwrap();
+    let k = program.kernel("which").unwrap();
+    program
+        .launch(k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())])
+        .unwrap();
+    let mut raw = vec![0u8; 256];
+    out.read(&mut raw).unwrap();
+    raw.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}

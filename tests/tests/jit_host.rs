@@ -2,7 +2,7 @@
 //! routing by triple, the address-reuse scenario of seed 001, clear errors for bad input and
 //! bad settings, and the `offload jit` command.
 
-use offload::{Error, KernelArg, LaunchDims};
+use offload::Error;
 use offload_tests::*;
 
 fn run_saxpy(image: &std::path::Path, tag: &str, n: usize) -> (Vec<f32>, serde_json::Value) {
@@ -70,18 +70,7 @@ fn the_seed_001_scenario_a_freed_bitcode_address_never_returns_the_old_program()
     let a = std::fs::read(host_bitcode("variant_a")).unwrap();
     let b = std::fs::read(host_bitcode("variant_b")).unwrap();
     let out = device.alloc_buffer(64 * 4).unwrap();
-    let run = |image: &[u8]| -> Vec<u32> {
-        let program = device.load(image).unwrap();
-        let k = program.kernel("which").unwrap();
-        program
-            .launch(k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())])
-            .unwrap();
-        let mut raw = vec![0u8; 256];
-        out.read(&mut raw).unwrap();
-        raw.chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    };
+    let run = |image: &[u8]| run_which(&device, &out, image);
     let mut buffer = Vec::with_capacity(a.len().max(b.len()));
     buffer.extend_from_slice(&a);
     let address = buffer.as_ptr();

@@ -185,18 +185,7 @@ fn a_new_image_at_a_freed_images_address_runs_its_own_kernels() {
     let b = std::fs::read(host_kernel("variant_b")).unwrap();
     let mut bytes = Vec::with_capacity(a.len().max(b.len()));
     let out = device.alloc_buffer(64 * 4).unwrap();
-    let run = |image: &[u8]| -> Vec<u32> {
-        let program = device.load(image).unwrap();
-        let k = program.kernel("which").unwrap();
-        program
-            .launch(k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())])
-            .unwrap();
-        let mut raw = vec![0u8; 256];
-        out.read(&mut raw).unwrap();
-        raw.chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    };
+    let run = |image: &[u8]| run_which(&device, &out, image);
     for round in 0..20 {
         bytes.clear();
         bytes.extend_from_slice(&a);

@@ -184,6 +184,18 @@ impl HostDevice {
         self.next_handle.fetch_add(1, Ordering::Relaxed)
     }
 
+    fn program(&self, program: ProgramHandle) -> Result<Arc<Program>> {
+        lock(&self.programs)
+            .get(&program.0)
+            .cloned()
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "program {} on host device {} (never loaded, or already unloaded)",
+                    program.0, self.index
+                ))
+            })
+    }
+
     fn queue(&self, q: QueueHandle) -> Result<Arc<Queue>> {
         lock(&self.queues)
             .get(&q.0)
@@ -280,15 +292,7 @@ impl GenericDevice for HostDevice {
     }
 
     fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
-        let p = lock(&self.programs)
-            .get(&program.0)
-            .cloned()
-            .ok_or_else(|| {
-                Error::NotFound(format!(
-                    "program {} on host device {}",
-                    program.0, self.index
-                ))
-            })?;
+        let p = self.program(program)?;
         let is_function = p.image.symbol(name).map(|s| s.is_function);
         let func = match (is_function, p.symbol(name)) {
             (Some(true), Some(func)) => func,
@@ -332,15 +336,7 @@ impl GenericDevice for HostDevice {
     }
 
     fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
-        let p = lock(&self.programs)
-            .get(&program.0)
-            .cloned()
-            .ok_or_else(|| {
-                Error::NotFound(format!(
-                    "program {} on host device {}",
-                    program.0, self.index
-                ))
-            })?;
+        let p = self.program(program)?;
         match (p.image.symbol(name), p.symbol(name)) {
             (Some(s), Some(addr)) if !s.is_function => Ok(GlobalSymbol {
                 ptr: DevicePtr(addr as u64),
