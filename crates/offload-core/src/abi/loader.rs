@@ -277,10 +277,9 @@ impl GenericPlugin for LoadedPlugin {
             .this
             .upgrade()
             .ok_or_else(|| Error::NotFound(format!("plugin '{}' was dropped", self.name)))?;
-        // Ask the plugin once so that an out-of-range index fails here, not at first use.
-        let device = LoadedDevice { plugin, dev };
-        device.info()?;
-        Ok(Arc::new(device))
+        // The index is checked by the plugin's ABI layer on every call (and by the runtime
+        // against the device count before it asks), so no round trip is spent on it here.
+        Ok(Arc::new(LoadedDevice { plugin, dev }))
     }
 }
 
