@@ -53,8 +53,55 @@ pub fn u32_in_range(names: &[&str], min: u32, max: u32, default: u32) -> Result<
     .unwrap_or(default))
 }
 
+/// Parses a size: an integer number of bytes with an optional binary suffix `K`, `M`, `G` or
+/// `T` (`KiB`/`KB` spellings too, any case). `None` when the text is not a size.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    let n: u64 = t[..digits].parse().ok()?;
+    let unit = t[digits..].trim().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// A size variable (see [`parse_size`]) in `min..=max`; `Ok(None)` when unset.
+pub fn size_in_range(names: &[&str], min: u64, max: u64) -> Result<Option<u64>> {
+    let Some((name, value)) = raw(names)? else {
+        return Ok(None);
+    };
+    match parse_size(&value) {
+        Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(Error::InvalidArgument(format!(
+            "environment variable {name}='{value}' is not valid: expected a size from {min} to {max} bytes \
+             (a number with an optional K, M, G or T suffix)"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("4K"), Some(4096));
+        assert_eq!(parse_size(" 2 GiB "), Some(2 << 30));
+        assert_eq!(parse_size("1t"), Some(1 << 40));
+        for bad in ["", "G", "1.5G", "-1", "12Q", "99999999999999999999"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+        assert_eq!(parse_size("17179869184T"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -163,25 +163,66 @@ pub enum ImageKind {
     LlvmIr,
 }
 
-/// Whether the bytes look like textual LLVM IR: UTF-8 that starts with a module header or has a
-/// `target triple`, `target datalayout` or `define` line near the start.
+/// Whether the bytes are textual LLVM IR, decided by the module's first top-level entity: after
+/// whitespace and `;` comments, the text must start the way LLVM's parser accepts a top-level
+/// entity (`source_filename`, `target`, `define`, `declare`, `attributes`, `module asm`,
+/// `uselistorder`, a global `@x =`, a type `%t = type`, metadata `!x =`, a comdat `$c =`, a
+/// summary entry `^0 =`). Comments and blank lines may be any length and in any encoding. LLVM
+/// itself makes the final decision when it parses the module; this only has to agree with it
+/// on what *starts* like IR.
 pub fn looks_like_llvm_ir(bytes: &[u8]) -> bool {
-    let head = &bytes[..bytes.len().min(4096)];
-    // A multi-byte character may be cut at the 4096 boundary; judge the valid prefix.
-    let text = match std::str::from_utf8(head) {
-        Ok(t) => t,
-        Err(e) if e.valid_up_to() > 0 && e.error_len().is_none() => {
-            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or("")
+    let mut rest = bytes;
+    loop {
+        rest = rest.trim_ascii_start();
+        match rest.first() {
+            Some(b';') => {
+                let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+                rest = &rest[end..];
+            }
+            Some(_) => break,
+            None => return false,
         }
-        Err(_) => return false,
+    }
+    let word_end = |r: &[u8]| {
+        r.iter()
+            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_'))
+            .unwrap_or(r.len())
     };
-    text.starts_with("; ModuleID")
-        || text.lines().any(|l| {
-            let l = l.trim_start();
-            l.starts_with("target triple")
-                || l.starts_with("target datalayout")
-                || l.starts_with("define ")
-        })
+    let keyword = &rest[..word_end(rest)];
+    let after = rest[keyword.len()..].trim_ascii_start();
+    match keyword {
+        b"source_filename" | b"attributes" => after.starts_with(b"="),
+        b"target" => after.starts_with(b"triple") || after.starts_with(b"datalayout"),
+        b"module" => after.starts_with(b"asm"),
+        b"define" | b"declare" | b"uselistorder" | b"uselistorder_bb" | b"deplibs" => true,
+        _ => {
+            // `@name =`, `%name = type`, `!name =`, `$name =`, `^N =`, with quoted names allowed.
+            let Some((&sigil, name)) = rest.split_first() else {
+                return false;
+            };
+            if !matches!(sigil, b'@' | b'%' | b'!' | b'$' | b'^') {
+                return false;
+            }
+            let name_len = if name.first() == Some(&b'"') {
+                match name[1..].iter().position(|&b| b == b'"') {
+                    Some(p) => p + 2,
+                    None => return false,
+                }
+            } else {
+                name.iter()
+                    .position(|&b| !(b.is_ascii_alphanumeric() || b"._$-".contains(&b)))
+                    .unwrap_or(name.len())
+            };
+            if name_len == 0 {
+                return false;
+            }
+            let after = name[name_len..].trim_ascii_start();
+            let Some(value) = after.strip_prefix(b"=") else {
+                return false;
+            };
+            sigil != b'%' || value.trim_ascii_start().starts_with(b"type")
+        }
+    }
 }
 
 fn read_u16(bytes: &[u8], at: usize, endian: ElfEndian) -> u16 {

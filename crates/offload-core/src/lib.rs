@@ -11,16 +11,23 @@
 //! - [`image`]: classification of device images (native ELF with the fields routing needs,
 //!   LLVM bitcode, or neither) with an error naming the byte or field for every malformed
 //!   input.
+//! - [`bitcode`], [`triple`]: the target triple of a bitcode or IR module and whether it fits
+//!   an engine, read without LLVM (routing happens in processes that never load it).
+//! - [`jit`]: what plugins ask of the JIT and get back, and the byte format that crosses the
+//!   plugin ABI and the pipe to the JIT worker process.
 //! - [`types`]: device pointers, handles, launch dimensions, typed kernel arguments and device
 //!   information.
 //!
 //! There is no LLVM here: the JIT engine lives in `offload-jit`.
 
 pub mod abi;
+pub mod bitcode;
 pub mod env;
 pub mod error;
 pub mod image;
+pub mod jit;
 pub mod traits;
+pub mod triple;
 pub mod types;
 
 pub use error::{Error, ErrorKind, Result};

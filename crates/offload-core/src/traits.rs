@@ -8,6 +8,7 @@
 //! before a backend method is called, so backends implement only their own part.
 
 use crate::error::Result;
+use crate::jit::JitService;
 use crate::types::{
     DeviceInfo, DevicePtr, GlobalSymbol, JitStats, KernelArg, KernelHandle, LaunchDims, MemoryKind,
     ProgramHandle, QueueHandle,
@@ -39,9 +40,21 @@ pub trait GenericPlugin: Send + Sync {
     /// Device `index` (`0..init()`). The ABI layer checks the range before calling.
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>>;
 
-    /// Counters of the plugin's JIT engine; `None` for a plugin without one.
+    /// Counters of the plugin's own JIT client; `None` for a plugin without one (or one that
+    /// uses the runtime's, which keeps the counters itself).
     fn jit_stats(&self) -> Option<JitStats> {
         None
+    }
+
+    /// Offers the runtime's process-wide JIT. A plugin that compiles bitcode keeps the first one
+    /// offered and uses it for every compile; one that compiles nothing refuses with
+    /// `Unsupported` (the default). Called before [`GenericPlugin::init`].
+    fn set_jit_service(&self, service: Arc<dyn JitService>) -> Result<()> {
+        drop(service);
+        Err(crate::Error::Unsupported(format!(
+            "plugin '{}' compiles no bitcode",
+            self.name()
+        )))
     }
 }
 

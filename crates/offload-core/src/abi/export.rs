@@ -6,10 +6,11 @@
 //! images must be non-empty and pointers non-null, and every panic is caught.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiHeader, AbiKernelArg, AbiLaunchDims,
-    AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiHeader, AbiJitService,
+    AbiKernelArg, AbiLaunchDims, AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
 };
 use crate::error::{Error, Result};
+use crate::jit::{CompileRequest, JitOutput, JitService};
 use crate::traits::{GenericDevice, GenericPlugin};
 use crate::types::{
     DeviceInfo, DevicePtr, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle,
@@ -169,6 +170,7 @@ pub fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
         queue_synchronize: abi_queue_synchronize,
         queue_destroy: abi_queue_destroy,
         jit_stats: abi_jit_stats,
+        set_jit_service: abi_set_jit_service,
     }))
 }
 
@@ -619,6 +621,102 @@ unsafe extern "C" fn abi_jit_stats(ctx: Ctx, out: *mut crate::JitStats, err: Err
                 "plugin '{}' has no JIT engine",
                 s.plugin.name()
             ))),
+        })
+    }
+}
+
+/// The runtime's JIT service as the plugin sees it: requests cross the ABI encoded, results come
+/// back encoded and are decoded into a [`JitOutput`] the plugin owns.
+struct RemoteJit(&'static AbiJitService);
+
+impl std::fmt::Debug for RemoteJit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RemoteJit")
+    }
+}
+
+unsafe extern "C" fn collect_bytes(ctx: *mut std::ffi::c_void, bytes: *const u8, len: usize) {
+    if bytes.is_null() || len == 0 {
+        return;
+    }
+    // SAFETY: `ctx` is the `Vec<u8>` set up in `RemoteJit::compile`, alive during the call;
+    // `bytes` is valid for `len` bytes per the ABI contract.
+    unsafe {
+        let v = &mut *(ctx as *mut Vec<u8>);
+        if v.try_reserve(len).is_ok() {
+            v.extend_from_slice(std::slice::from_raw_parts(bytes, len));
+        }
+    }
+}
+
+unsafe extern "C" fn collect_remote_error(
+    ctx: *mut std::ffi::c_void,
+    kind: u32,
+    code: i64,
+    msg: *const u8,
+    len: usize,
+) {
+    // SAFETY: `ctx` is the `Option<Error>` of `RemoteJit::compile`; `msg` is valid for `len`
+    // bytes per the ABI contract.
+    unsafe {
+        let slot = &mut *(ctx as *mut Option<Error>);
+        let text = if msg.is_null() {
+            String::new()
+        } else {
+            String::from_utf8_lossy(std::slice::from_raw_parts(msg, len)).into_owned()
+        };
+        *slot = Some(Error::from_parts(kind, code, text));
+    }
+}
+
+impl JitService for RemoteJit {
+    fn compile(&self, request: &CompileRequest<'_>) -> Result<JitOutput> {
+        let head = crate::jit::encode_request_head(&request.target, &request.post);
+        let mut out: Vec<u8> = Vec::new();
+        let mut error: Option<Error> = None;
+        let sink = AbiStringOut {
+            ctx: &mut out as *mut Vec<u8> as *mut std::ffi::c_void,
+            write: collect_bytes,
+        };
+        let err = AbiErrorOut {
+            ctx: &mut error as *mut Option<Error> as *mut std::ffi::c_void,
+            set: collect_remote_error,
+        };
+        let service = self.0;
+        // SAFETY: the service is valid for the process (ABI contract of `set_jit_service`);
+        // every pointer passed is a live local or slice for the duration of the call.
+        let status = unsafe {
+            (service.compile)(
+                service.ctx,
+                head.as_ptr(),
+                head.len(),
+                request.image.as_ptr(),
+                request.image.len(),
+                &sink,
+                &err,
+            )
+        };
+        if status != 0 {
+            return Err(error.unwrap_or_else(|| {
+                Error::System(format!(
+                    "the runtime's JIT service failed with status {status} but reported no error"
+                ))
+            }));
+        }
+        crate::jit::decode_output(&out)
+    }
+}
+
+unsafe extern "C" fn abi_set_jit_service(ctx: Ctx, service: *const AbiJitService, err: Err) -> i32 {
+    // SAFETY: ABI contract: `service` is null or valid for the rest of the process.
+    unsafe {
+        guarded(ctx, err, |s| {
+            if service.is_null() {
+                return Err(Error::InvalidArgument("JIT service pointer is null".into()));
+            }
+            let service: &'static AbiJitService = &*service;
+            s.plugin
+                .set_jit_service(std::sync::Arc::new(RemoteJit(service)))
         })
     }
 }

@@ -5,10 +5,11 @@
 //! destructors is a known crash, and plugin tables hand out static pointers.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiKernelArg, AbiLaunchDims,
-    AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE, TABLE_SIZE_1_0,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiJitService, AbiKernelArg,
+    AbiLaunchDims, AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE, TABLE_SIZE_1_0,
 };
 use crate::error::{Error, Result};
+use crate::jit::{CompileRequest, JitService};
 use crate::traits::{GenericDevice, GenericPlugin};
 use crate::types::{
     DeviceInfo, DeviceLimits, DevicePtr, GlobalSymbol, KernelArg, KernelHandle, LaunchDims,
@@ -159,6 +160,23 @@ impl LoadedPlugin {
     /// ABI version (major, minor) the plugin was built with.
     pub fn abi_version(&self) -> (u16, u16) {
         self.abi_version
+    }
+
+    /// Offers the runtime's JIT service to the plugin (ABI 1.2). `Unsupported` when the plugin
+    /// predates the entry or compiles nothing.
+    pub fn set_jit_service(&self, service: &'static AbiJitService) -> Result<()> {
+        let t = self.table;
+        let end = std::mem::offset_of!(PluginTable, set_jit_service) + std::mem::size_of::<usize>();
+        if (t.header.table_size as usize) < end {
+            return Err(Error::Unsupported(format!(
+                "plugin '{}' speaks ABI {}.{}, which has no JIT service entry",
+                self.name, self.abi_version.0, self.abi_version.1
+            )));
+        }
+        // SAFETY: the table covers the entry (checked above); `service` lives forever.
+        self.call("set_jit_service", |err| unsafe {
+            (t.set_jit_service)(t.ctx, service, err)
+        })
     }
 
     fn call(&self, what: &str, f: impl FnOnce(*const AbiErrorOut) -> i32) -> Result<()> {
@@ -510,5 +528,85 @@ impl GenericDevice for LoadedDevice {
         self.call("queue_destroy", |t, err| unsafe {
             (t.queue_destroy)(t.ctx, self.dev, queue.0, err)
         })
+    }
+}
+
+/// Makes the ABI form of a JIT service. It is leaked: plugins keep the pointer for the rest of
+/// the process (they are never unloaded), so callers make one per service, not one per call.
+pub fn jit_service_table(service: Arc<dyn JitService>) -> &'static AbiJitService {
+    let ctx: &'static Arc<dyn JitService> = Box::leak(Box::new(service));
+    Box::leak(Box::new(AbiJitService {
+        ctx: ctx as *const Arc<dyn JitService> as *const c_void,
+        compile: serve_jit,
+    }))
+}
+
+unsafe extern "C" fn serve_jit(
+    ctx: *const c_void,
+    head: *const u8,
+    head_len: usize,
+    image: *const u8,
+    image_len: usize,
+    out: *const AbiStringOut,
+    err: *const AbiErrorOut,
+) -> i32 {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<Vec<u8>> {
+        if ctx.is_null() || out.is_null() || (head.is_null() && head_len > 0) {
+            return Err(Error::InvalidArgument(
+                "JIT service called with a null pointer".into(),
+            ));
+        }
+        if image.is_null() || image_len == 0 {
+            return Err(Error::InvalidImage("image is empty (0 bytes)".into()));
+        }
+        // SAFETY: `ctx` was made by `jit_service_table` and is never freed; the plugin passes
+        // slices valid for the call (ABI contract).
+        let (service, head, image) = unsafe {
+            (
+                &*(ctx as *const Arc<dyn JitService>),
+                std::slice::from_raw_parts(head, head_len),
+                std::slice::from_raw_parts(image, image_len),
+            )
+        };
+        let (target, post) = crate::jit::decode_request_head(head)?;
+        let output = service.compile(&CompileRequest {
+            image,
+            target,
+            post,
+        })?;
+        Ok(crate::jit::encode_output(&output))
+    }))
+    .unwrap_or_else(|p| {
+        let text = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".into());
+        Err(Error::PluginPanic(format!(
+            "the runtime's JIT service panicked: {text}"
+        )))
+    });
+    match result {
+        Ok(bytes) => {
+            // SAFETY: `out` is non-null (checked) and valid per the ABI contract.
+            unsafe { ((*out).write)((*out).ctx, bytes.as_ptr(), bytes.len()) };
+            0
+        }
+        Err(e) => {
+            if !err.is_null() {
+                let msg = e.message();
+                // SAFETY: `err` is valid per the ABI contract; `msg` is live for the call.
+                unsafe {
+                    ((*err).set)(
+                        (*err).ctx,
+                        e.kind() as u32,
+                        e.native_code(),
+                        msg.as_ptr(),
+                        msg.len(),
+                    )
+                };
+            }
+            1
+        }
     }
 }

@@ -13,6 +13,8 @@
 //! - Queue argument `0` means "synchronous"; real queue handles are never 0.
 //! - Every entry catches panics (a panic across `extern "C"` aborts the process) and reports
 //!   them as [`crate::Error::PluginPanic`].
+//! - ABI 1.2 adds `set_jit_service`: the runtime hands every plugin its process-wide JIT
+//!   ([`AbiJitService`]), so all plugins of a process share one JIT worker and one cache.
 //!
 //! Plugin authors never write this FFI by hand: see [`crate::export_plugin!`]. The runtime side
 //! is [`loader`].
@@ -27,7 +29,7 @@ pub const ABI_MAGIC: u64 = u64::from_le_bytes(*b"OFFLDPLG");
 /// Major ABI version: tables with another major version are refused.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor ABI version: a larger minor only appends entries to the table.
-pub const ABI_MINOR: u16 = 1;
+pub const ABI_MINOR: u16 = 2;
 /// The one symbol every plugin library exports (`extern "C" fn() -> *const PluginTable`).
 pub const ENTRY_SYMBOL: &str = "offload_plugin_entry";
 /// Queue value meaning "run synchronously".
@@ -71,7 +73,8 @@ pub struct AbiErrorOut {
         unsafe extern "C" fn(ctx: *mut c_void, kind: u32, code: i64, msg: *const u8, len: usize),
 }
 
-/// Where a plugin writes a string: `write(ctx, bytes, len)`, UTF-8, possibly in pieces.
+/// Where a plugin writes a string (UTF-8) or bytes: `write(ctx, bytes, len)`, possibly in
+/// pieces.
 #[repr(C)]
 #[derive(Debug)]
 pub struct AbiStringOut {
@@ -126,6 +129,30 @@ pub struct AbiKernelArg {
     /// Value bits (floats as IEEE bits, signed values sign-extended).
     pub bits: u64,
 }
+
+/// The runtime's JIT as a plugin sees it (ABI 1.2). It lives for the rest of the process.
+#[repr(C)]
+#[derive(Debug)]
+pub struct AbiJitService {
+    /// The runtime's context.
+    pub ctx: *const c_void,
+    /// Compiles `image` for the request head (`offload_core::jit::encode_request_head`) and
+    /// writes the result (`offload_core::jit::encode_output`) to `out`.
+    pub compile: unsafe extern "C" fn(
+        ctx: *const c_void,
+        head: *const u8,
+        head_len: usize,
+        image: *const u8,
+        image_len: usize,
+        out: *const AbiStringOut,
+        err: *const AbiErrorOut,
+    ) -> i32,
+}
+
+// SAFETY: the runtime's context behind `ctx` is a `Send + Sync` service that is never freed.
+unsafe impl Send for AbiJitService {}
+// SAFETY: see `Send`.
+unsafe impl Sync for AbiJitService {}
 
 /// Plugin context pointer passed back to every entry.
 pub type Ctx = *const c_void;
@@ -236,11 +263,17 @@ pub struct PluginTable {
     // ---- ABI 1.1 ----
     /// JIT counters; fails with `Unsupported` for a plugin without a JIT engine.
     pub jit_stats: unsafe extern "C" fn(Ctx, out: *mut crate::JitStats, Err) -> i32,
+    // ---- ABI 1.2 ----
+    /// Offers the runtime's JIT service (called before `init`); fails with `Unsupported` for a
+    /// plugin that compiles nothing. The pointer stays valid for the rest of the process.
+    pub set_jit_service: unsafe extern "C" fn(Ctx, service: *const AbiJitService, Err) -> i32,
 }
 
 /// Size of a 1.0 table: the smallest table the runtime accepts. Entries after it are used only
 /// when the plugin's `table_size` covers them.
 pub const TABLE_SIZE_1_0: usize = std::mem::offset_of!(PluginTable, jit_stats);
+/// Size of a 1.1 table (1.0 plus `jit_stats`).
+pub const TABLE_SIZE_1_1: usize = std::mem::offset_of!(PluginTable, set_jit_service);
 
 // SAFETY: the table is immutable after construction and the plugin state behind `ctx` is
 // `Send + Sync` (it wraps a `dyn GenericPlugin`); the header's string pointers point to
