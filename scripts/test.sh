@@ -41,7 +41,7 @@ run_group() {
 }
 
 run_group core    -p offload-core -p offload
-run_group jit     -p offload-jit
+run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation)'
 run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
 
@@ -59,8 +59,10 @@ printf '%-12s %6s %6s %6s   %s\n' plugin passed failed skipped "what ran"
 for r in "${rows[@]}"; do echo "$r"; done
 printf '%-12s %6s %6s %6s   %s\n' cuda - - - "not run: no plugin-cuda crate yet (CUDA backend issue)"
 printf '%-12s %6s %6s %6s   %s\n' amdgpu - - - "not run: no plugin-amdgpu crate yet (AMDGPU backend issue)"
-echo "(jit: the engine on its own, incl. PTX/AMDGPU/x86-64 oracle tests against opt-19|llc-19;"
-echo " nvptx64 and amdgcn builds of include/offload_kernel.h are checked in the host group: kernel_header)"
+echo "(jit: the engine, its client and the worker process, incl. PTX/AMDGPU/x86-64 oracle tests against"
+echo " opt-19|llc-19 through the worker, and the isolation tests: LLVM aborts, memory bombs, runaway compiles,"
+echo " killed workers, bitcode mutants; nvptx64 and amdgcn builds of include/offload_kernel.h are checked in"
+echo " the host group: kernel_header)"
 [ "$fail" -ne 0 ] && echo "fmt, clippy or the group coverage check failed (see above)"
 echo
 echo "offload tests: $total_passed passed, $total_failed failed, $total_skipped skipped"

@@ -8,23 +8,16 @@
 //! - Bounded memory: past the capacity, least recently used entries are dropped, but only those
 //!   no loaded program still holds (an entry is an `Arc`; a loaded program keeps a clone).
 //! - A failed compile is not cached: its waiters get the error and the next request retries.
+//!   The exception is a key whose compile killed the JIT worker (a crash, the time or memory
+//!   limit): it is remembered as failed, so one bad image cannot kill worker after worker, and
+//!   it is retried only when its inputs change (which changes the key).
 
 pub use offload_core::JitStats;
+use offload_core::jit::{CacheKey, CompileOutput, CompiledImage, Served};
 use offload_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-/// A cache key: BLAKE3 over length-prefixed fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CacheKey(pub [u8; 32]);
-
-impl CacheKey {
-    /// Lower-case hex.
-    pub fn hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
+use std::time::Instant;
 
 /// Builds a [`CacheKey`]: each field is its name and its bytes, both length-prefixed, so no
 /// two different field lists can produce the same byte stream.
@@ -52,79 +45,6 @@ impl KeyBuilder {
     }
 }
 
-/// The type of a kernel parameter as the module declares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParamType {
-    /// `i32` (C `int`, `unsigned`).
-    I32,
-    /// `i64` (C `long long`, `size_t` on 64-bit targets).
-    I64,
-    /// `float`.
-    F32,
-    /// `double`.
-    F64,
-    /// Any pointer.
-    Ptr,
-    /// Anything else, spelled as LLVM prints it (`i16`, `<4 x float>`, a struct, ...).
-    Other(String),
-}
-
-impl std::fmt::Display for ParamType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ParamType::I32 => f.write_str("i32"),
-            ParamType::I64 => f.write_str("i64"),
-            ParamType::F32 => f.write_str("float"),
-            ParamType::F64 => f.write_str("double"),
-            ParamType::Ptr => f.write_str("ptr"),
-            ParamType::Other(t) => f.write_str(t),
-        }
-    }
-}
-
-/// An exported function of a compiled module and its parameter types, so that a launch with
-/// the wrong arguments can be refused instead of calling the kernel with garbage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelSignature {
-    /// Symbol name.
-    pub name: String,
-    /// Parameter types in order.
-    pub params: Vec<ParamType>,
-}
-
-/// What one compile produces.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CompileOutput {
-    /// The image bytes.
-    pub bytes: Vec<u8>,
-    /// Signatures of the module's exported functions.
-    pub signatures: Vec<KernelSignature>,
-}
-
-/// A compiled image as the cache hands it out.
-#[derive(Debug)]
-pub struct CompiledImage {
-    /// The key it is stored under.
-    pub key: CacheKey,
-    /// What the device loads (PTX text, an object, or a linked image).
-    pub bytes: Vec<u8>,
-    /// Signatures of the module's exported functions.
-    pub signatures: Vec<KernelSignature>,
-    /// How long the compile (and post-processing) took.
-    pub compile_time: Duration,
-}
-
-/// How a request was served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Served {
-    /// Found in memory.
-    MemoryHit,
-    /// Another thread was compiling the same key; this one waited for it.
-    SharedCompile,
-    /// Compiled by this request.
-    Compiled,
-}
-
 type Outcome = std::result::Result<Arc<CompiledImage>, Error>;
 
 #[derive(Debug, Default)]
@@ -140,6 +60,29 @@ enum Slot {
         last_use: u64,
     },
     InFlight(Arc<Flight>),
+    /// The compile killed the worker; this is what every later request gets.
+    Failed(Error),
+}
+
+/// Most remembered failures kept (they are small, but inputs are unbounded).
+const MAX_FAILED: usize = 4096;
+
+/// Why a compile failed, as the cache needs to know it.
+#[derive(Debug, Clone)]
+pub struct CompileError {
+    /// The error for every requester.
+    pub error: Error,
+    /// Remember the key as failed (the compile killed the worker).
+    pub remember: bool,
+}
+
+impl From<Error> for CompileError {
+    fn from(error: Error) -> Self {
+        CompileError {
+            error,
+            remember: false,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -178,7 +121,7 @@ impl Cache {
     pub fn get_or_compile(
         &self,
         key: CacheKey,
-        compile: impl FnOnce() -> Result<CompileOutput>,
+        compile: impl FnOnce() -> std::result::Result<CompileOutput, CompileError>,
     ) -> Result<(Arc<CompiledImage>, Served)> {
         let flight = {
             let mut inner = lock(&self.inner);
@@ -197,6 +140,15 @@ impl Cache {
                     drop(inner);
                     return Self::wait(&f).map(|image| (image, Served::SharedCompile));
                 }
+                Some(Slot::Failed(e)) => {
+                    let e = e.clone();
+                    inner.stats.failures += 1;
+                    return Err(e.context(format!(
+                        "image {} failed before in this process and is not compiled again until \
+                         its inputs change",
+                        key.short()
+                    )));
+                }
                 None => {
                     let f = Arc::new(Flight::default());
                     inner.map.insert(key, Slot::InFlight(f.clone()));
@@ -212,8 +164,13 @@ impl Cache {
         // Compile without holding the lock. A panic in `compile` must not leave waiters
         // hanging, so it is turned into an error here.
         let started = Instant::now();
+        let mut remember = false;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(compile))
-            .unwrap_or_else(|_| Err(Error::CompileFailure("the compiler panicked".into())))
+            .unwrap_or_else(|_| Err(Error::CompileFailure("the compiler panicked".into()).into()))
+            .map_err(|e| {
+                remember = e.remember;
+                e.error
+            })
             .map(|out| {
                 Arc::new(CompiledImage {
                     key,
@@ -243,9 +200,21 @@ impl Cache {
                     );
                     self.evict(&mut inner);
                 }
-                Err(_) => {
+                Err(e) => {
                     inner.stats.failures += 1;
-                    inner.map.remove(&key);
+                    if remember {
+                        let failed = inner
+                            .map
+                            .values()
+                            .filter(|s| matches!(s, Slot::Failed(_)))
+                            .count();
+                        if failed >= MAX_FAILED {
+                            inner.map.retain(|_, s| !matches!(s, Slot::Failed(_)));
+                        }
+                        inner.map.insert(key, Slot::Failed(e.clone()));
+                    } else {
+                        inner.map.remove(&key);
+                    }
                 }
             }
         }
@@ -300,6 +269,7 @@ impl Cache {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
 
     fn key(n: u8) -> CacheKey {
         KeyBuilder::new().field("n", &[n]).finish()
@@ -361,7 +331,7 @@ mod tests {
     fn failures_reach_waiters_and_are_not_cached() {
         let cache = Cache::new(1 << 20);
         let e = cache
-            .get_or_compile(key(2), || Err(Error::CompileFailure("bad".into())))
+            .get_or_compile(key(2), || Err(Error::CompileFailure("bad".into()).into()))
             .unwrap_err();
         assert!(e.to_string().contains("bad"));
         let (_, served) = cache.get_or_compile(key(2), || Ok(out(vec![1]))).unwrap();
@@ -369,6 +339,20 @@ mod tests {
         let e = cache.get_or_compile(key(3), || panic!("boom")).unwrap_err();
         assert!(e.to_string().contains("panicked"));
         assert_eq!(cache.stats().failures, 2);
+        // A compile that killed the worker is remembered: no second compile.
+        let killer = || {
+            Err(CompileError {
+                error: Error::CompileFailure("worker died".into()),
+                remember: true,
+            })
+        };
+        assert!(cache.get_or_compile(key(4), killer).is_err());
+        let e = cache
+            .get_or_compile(key(4), || panic!("must not compile again"))
+            .unwrap_err();
+        assert!(e.to_string().contains("failed before"), "{e}");
+        assert!(e.to_string().contains("worker died"), "{e}");
+        assert_eq!(cache.stats().failures, 4);
     }
 
     #[test]

@@ -1,27 +1,31 @@
-//! One compile: parse → check → verify → optimise → generate code, in an LLVM context that is
+//! One compile: check → parse → verify → optimise → generate code, in an LLVM context that is
 //! created for this compile and dropped at its end.
 //!
-//! Everything that would make LLVM abort or exit is checked first: the module's triple against
-//! the engine's, the CPU name against the target's processor table, and LLVM's diagnostics are
-//! captured by a handler on the context (without one, LLVM exits the process on an error
-//! diagnostic).
+//! What can be checked before code generation is checked, because it gives a better message
+//! than LLVM's abort would (the worker process is what makes the rest survivable):
+//! - the CPU against the target's processor table, and the features against its feature table
+//!   (llc-style bare names mean `+name`; unknown names are an error that names them);
+//! - the module's triple against the engine's (a module without one is compiled for the
+//!   engine's triple, as `llc -mtriple` does);
+//! - calls to another target's intrinsics (`llvm.nvvm.*` in x86-64 IR);
+//! - functions that ask for a feature the device does not have (`+avx512f` on a CPU without
+//!   it would die with `SIGILL` at launch): refused, naming the function and the feature.
+//!
+//! LLVM's diagnostics are captured by a handler on the context (without one, LLVM exits the
+//! process on an error diagnostic).
 
-use crate::cache::{CompileOutput, KernelSignature, ParamType};
-use crate::config::JitConfig;
 use crate::target_info;
-use inkwell::OptimizationLevel;
 use inkwell::attributes::AttributeLoc;
 use inkwell::context::{AsContextRef, Context};
 use inkwell::llvm_sys;
-use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{
-    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
-};
-use offload_core::image::{BITCODE_MAGIC, BITCODE_WRAPPER_MAGIC};
+use inkwell::targets::{FileType, InitializationConfig, Target, TargetMachine, TargetTriple};
+use offload_core::jit::{CompileOutput, JitOptions, JitTarget, KernelSignature, ParamType};
+use offload_core::triple::{Triple, arch_family, intrinsic_family, triples_match};
 use offload_core::{Error, Result};
-use std::ffi::{CStr, c_void};
+use std::collections::BTreeMap;
+use std::ffi::c_void;
 use std::sync::Once;
 
 /// Registers the targets this engine can generate code for, once per process.
@@ -36,17 +40,6 @@ pub fn initialize_targets() {
     });
 }
 
-/// Whether the bytes are LLVM bitcode (raw or wrapped).
-pub fn is_bitcode(bytes: &[u8]) -> bool {
-    bytes.len() >= 4 && (bytes[..4] == BITCODE_MAGIC || bytes[..4] == BITCODE_WRAPPER_MAGIC)
-}
-
-/// Whether the bytes look like textual LLVM IR (the core's classifier decides, so the runtime
-/// and the engine agree).
-pub fn is_textual_ir(bytes: &[u8]) -> bool {
-    offload_core::image::looks_like_llvm_ir(bytes)
-}
-
 /// LLVM's canonical form of a triple (`x86_64-linux-gnu` → `x86_64-unknown-linux-gnu`).
 pub fn normalize_triple(triple: &str) -> String {
     TargetMachine::normalize_triple(&TargetTriple::create(triple))
@@ -55,70 +48,14 @@ pub fn normalize_triple(triple: &str) -> String {
         .into_owned()
 }
 
-/// Whether a module triple can be compiled by an engine for `engine`: same architecture and
-/// same OS (vendor and environment may differ). An empty module triple fits every engine.
-pub fn triples_match(module: &str, engine: &str) -> bool {
-    if module.is_empty() {
-        return true;
-    }
-    let (m, e) = (normalize_triple(module), normalize_triple(engine));
-    let (m, e): (Vec<&str>, Vec<&str>) = (m.split('-').collect(), e.split('-').collect());
-    m.first() == e.first() && m.get(2) == e.get(2)
+/// Whether code for this triple is assembly text (NVPTX: PTX) rather than an object file.
+pub fn emits_assembly(triple: &str) -> bool {
+    triple.starts_with("nvptx")
 }
 
-/// Reads a module's target triple without materialising its functions (bitcode is loaded
-/// lazily; textual IR is scanned for its `target triple` line).
-pub fn module_triple(bytes: &[u8]) -> Result<String> {
-    if is_bitcode(bytes) {
-        return lazy_bitcode_triple(bytes);
-    }
-    if is_textual_ir(bytes) {
-        let text = String::from_utf8_lossy(bytes);
-        for line in text.lines() {
-            if let Some(rest) = line.trim_start().strip_prefix("target triple") {
-                let value = rest.trim_start().trim_start_matches('=').trim();
-                return Ok(value.trim_matches('"').to_string());
-            }
-        }
-        return Ok(String::new());
-    }
-    Err(Error::InvalidImage(
-        "not LLVM bitcode (magic 'BC' c0 de or wrapper de c0 17 0b) and not textual IR".into(),
-    ))
-}
-
-fn lazy_bitcode_triple(bytes: &[u8]) -> Result<String> {
-    use llvm_sys::bit_reader::LLVMGetBitcodeModuleInContext2;
-    use llvm_sys::core::*;
-    let mut diagnostics = Diagnostics::default();
-    let context = Context::create();
-    install_diagnostic_handler(&context, &mut diagnostics);
-    let buffer = MemoryBuffer::create_from_memory_range_copy(bytes, "image");
-    let mut module = std::ptr::null_mut();
-    // SAFETY: valid context and buffer. The lazy module takes ownership of the buffer on
-    // success (so it is forgotten here) and not on failure (dropped normally); errors arrive
-    // through the diagnostic handler, which keeps LLVM from exiting.
-    unsafe {
-        if LLVMGetBitcodeModuleInContext2((&context).as_ctx_ref(), buffer.as_mut_ptr(), &mut module)
-            != 0
-        {
-            let text = if diagnostics.0.is_empty() {
-                "unreadable bitcode".to_string()
-            } else {
-                diagnostics.0.join("; ")
-            };
-            return Err(Error::InvalidImage(format!(
-                "malformed LLVM bitcode: {text}"
-            )));
-        }
-        std::mem::forget(buffer);
-        let triple = CStr::from_ptr(LLVMGetTarget(module))
-            .to_string_lossy()
-            .into_owned();
-        LLVMDisposeModule(module);
-        Ok(triple)
-    }
-}
+/// Error diagnostics collected by the context's handler.
+#[derive(Default)]
+struct Diagnostics(Vec<String>);
 
 /// # Safety
 /// `message` must be null or a string allocated by LLVM.
@@ -128,15 +65,13 @@ unsafe fn take_message(message: *mut std::ffi::c_char) -> String {
     }
     // SAFETY: non-null, NUL-terminated, allocated by LLVM (freed right after).
     unsafe {
-        let text = CStr::from_ptr(message).to_string_lossy().into_owned();
+        let text = std::ffi::CStr::from_ptr(message)
+            .to_string_lossy()
+            .into_owned();
         llvm_sys::core::LLVMDisposeMessage(message);
         text
     }
 }
-
-/// Error diagnostics collected by the context's handler.
-#[derive(Default)]
-struct Diagnostics(Vec<String>);
 
 extern "C" fn diagnostic_handler(info: llvm_sys::prelude::LLVMDiagnosticInfoRef, ctx: *mut c_void) {
     use llvm_sys::LLVMDiagnosticSeverity;
@@ -166,102 +101,72 @@ fn install_diagnostic_handler(context: &Context, diagnostics: &mut Diagnostics) 
     }
 }
 
-/// What to generate code for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CodegenTarget<'a> {
-    /// The engine's triple.
-    pub triple: &'a str,
-    /// The exact CPU (`sm_90`, `gfx90a`, `znver3`).
-    pub cpu: &'a str,
-    /// Target features, possibly empty.
-    pub features: &'a str,
+fn known_list(mut names: Vec<String>) -> String {
+    names.sort();
+    names.dedup();
+    names.join(", ")
 }
 
-/// Whether code for this triple is assembly text (NVPTX: PTX) rather than an object file.
-pub fn emits_assembly(triple: &str) -> bool {
-    triple.starts_with("nvptx")
-}
-
-fn codegen_level(level: u8) -> OptimizationLevel {
-    match level {
-        0 => OptimizationLevel::None,
-        1 => OptimizationLevel::Less,
-        2 => OptimizationLevel::Default,
-        _ => OptimizationLevel::Aggressive,
-    }
-}
-
-/// Creates a target machine after checking the triple's target exists and the CPU is one it
-/// knows.
-pub fn target_machine(t: &CodegenTarget<'_>, opt_level: u8) -> Result<TargetMachine> {
+/// The target and a machine for the CPU, after checking that LLVM knows both.
+fn target_machine(triple: &str, cpu: &str, features: &str, opt: u8) -> Result<TargetMachine> {
     initialize_targets();
-    let triple = TargetTriple::create(t.triple);
-    let target = Target::from_triple(&triple).map_err(|e| {
+    let target = Target::from_triple(&TargetTriple::create(triple)).map_err(|e| {
         Error::Unsupported(format!(
-            "no LLVM target for triple '{}': {}",
-            t.triple,
+            "no LLVM target for triple '{triple}': {}",
             e.to_string_lossy()
         ))
     })?;
-    let reloc = if emits_assembly(t.triple) || t.triple.starts_with("amdgcn") {
-        RelocMode::Default
-    } else {
-        RelocMode::PIC
-    };
-    let make = |cpu: &str, features: &str| {
-        target
-            .create_target_machine(
-                &triple,
-                cpu,
-                features,
-                codegen_level(opt_level),
-                reloc,
-                CodeModel::Default,
-            )
-            .ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "LLVM cannot create a target machine for '{}'",
-                    t.triple
-                ))
-            })
-    };
-    // Probe the CPU on a featureless machine first: creating one with an unknown CPU only
-    // prints a warning, so nothing is lost by asking.
-    let probe = make("", "")?;
-    if t.cpu.is_empty() || !target_info::cpu_is_valid(&probe, t.cpu) {
-        let mut known = target_info::cpu_names(&probe);
-        known.sort();
-        known.dedup();
+    let pic = !(emits_assembly(triple) || triple.starts_with("amdgcn"));
+    // Probe on a featureless machine first: creating one with an unknown CPU only prints a
+    // warning, so nothing is lost by asking.
+    let probe = target_info::create_target_machine(&target, triple, "", "", opt, pic)?;
+    if cpu.is_empty() || !target_info::cpu_is_valid(&probe, cpu) {
         return Err(Error::InvalidArgument(format!(
-            "CPU '{}' is not a processor LLVM knows for '{}'; known: {}",
-            t.cpu,
-            t.triple,
-            known.join(", ")
+            "CPU '{cpu}' is not a processor LLVM knows for '{triple}'; known: {}",
+            known_list(target_info::cpu_names(&probe))
         )));
     }
-    let tm = make(t.cpu, t.features)?;
+    let features = normalize_features(&probe, triple, features)?;
+    let tm = target_info::create_target_machine(&target, triple, cpu, &features, opt, pic)?;
     tm.set_asm_verbosity(false);
     Ok(tm)
 }
 
-fn parse<'ctx>(context: &'ctx Context, bytes: &[u8], what: &str) -> Result<Module<'ctx>> {
-    let buffer = MemoryBuffer::create_from_memory_range_copy(bytes, what);
-    if is_bitcode(bytes) {
-        Module::parse_bitcode_from_buffer(&buffer, context).map_err(|e| {
-            Error::InvalidImage(format!(
-                "{what}: malformed LLVM bitcode: {}",
-                e.to_string_lossy()
-            ))
-        })
-    } else if is_textual_ir(bytes) {
-        context.create_module_from_ir(buffer).map_err(|e| {
-            Error::InvalidImage(format!("{what}: invalid LLVM IR: {}", e.to_string_lossy()))
-        })
-    } else {
-        Err(Error::InvalidImage(format!(
-            "{what}: neither LLVM bitcode nor textual IR"
-        )))
+/// Parses a feature list (`+a,-b`, or llc's bare `a` meaning `+a`) against the target's feature
+/// table; unknown names are an error that lists them.
+pub fn normalize_features(tm: &TargetMachine, triple: &str, features: &str) -> Result<String> {
+    let known = target_info::feature_names(tm);
+    let mut out = Vec::new();
+    let mut unknown = Vec::new();
+    for item in features.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (sign, name) = match item.as_bytes()[0] {
+            b'+' | b'-' => (&item[..1], item[1..].trim()),
+            _ => ("+", item),
+        };
+        if name.is_empty() || !known.iter().any(|k| k == name) {
+            unknown.push(item.to_string());
+        } else {
+            out.push(format!("{sign}{name}"));
+        }
     }
+    if !unknown.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "unknown target feature{} for '{triple}': {}; known: {}",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", "),
+            known_list(known)
+        )));
+    }
+    Ok(out.join(","))
+}
+
+/// Feature name → enabled, from a normalised list (later entries win, as in LLVM).
+fn feature_map(features: &str) -> BTreeMap<&str, bool> {
+    features
+        .split(',')
+        .filter(|s| s.len() > 1)
+        .map(|f| (&f[1..], f.starts_with('+')))
+        .collect()
 }
 
 /// Points every function at the device's CPU when the module was built for another one. The
@@ -287,6 +192,53 @@ fn retarget(module: &Module<'_>, context: &Context, cpu: &str, features: &str) {
             );
         }
     }
+}
+
+/// Refuses functions that enable a feature the device explicitly lacks.
+fn check_function_features(module: &Module<'_>, cpu: &str, device: &str) -> Result<()> {
+    let device = feature_map(device);
+    for f in module.get_functions() {
+        let Some(attr) = f.get_string_attribute(AttributeLoc::Function, "target-features") else {
+            continue;
+        };
+        let value = attr.get_string_value().to_string_lossy().into_owned();
+        let missing: Vec<String> = value
+            .split(',')
+            .map(str::trim)
+            .filter_map(|feat| feat.strip_prefix('+'))
+            .filter(|name| device.get(name) == Some(&false))
+            .map(|name| format!("+{name}"))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::InvalidImage(format!(
+                "function '{}' requires target feature{} {} that the device's CPU '{cpu}' does not \
+                 have (its code would stop with an illegal instruction); rebuild it for this CPU \
+                 or without those features",
+                f.get_name().to_string_lossy(),
+                if missing.len() == 1 { "" } else { "s" },
+                missing.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses calls to intrinsics of another target, which LLVM's code generator aborts on.
+fn check_intrinsics(module: &Module<'_>, triple: &str) -> Result<()> {
+    let arch = Triple::parse(triple).map(|t| t.arch).unwrap_or_default();
+    let ours = arch_family(&arch);
+    for f in module.get_functions() {
+        let name = f.get_name().to_string_lossy();
+        if let Some(family) = intrinsic_family(&name)
+            && family != ours
+        {
+            return Err(Error::InvalidImage(format!(
+                "the module uses '{name}', an intrinsic of the {family} target; it cannot be \
+                 compiled for '{triple}' (is it IR for another device?)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The exported functions of a module with their parameter types.
@@ -321,47 +273,61 @@ fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
         .collect()
 }
 
-/// Compiles `image` (bitcode or IR) to PTX text or an object file.
-pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Result<CompileOutput> {
-    let tm = target_machine(t, config.opt_level)?;
+/// Compiles `image` (bitcode or IR) to PTX text or an object file for `target`.
+pub fn compile(image: &[u8], target: &JitTarget, options: &JitOptions) -> Result<CompileOutput> {
+    initialize_targets();
+    let triple = normalize_triple(&target.triple);
+    let tm = target_machine(&triple, &target.cpu, &target.features, options.opt_level)?;
+    let features = tm.get_feature_string().to_string_lossy().into_owned();
+    let layout = tm
+        .get_target_data()
+        .get_data_layout()
+        .as_str()
+        .to_string_lossy()
+        .into_owned();
     let mut diagnostics = Diagnostics::default();
     let context = Context::create();
     install_diagnostic_handler(&context, &mut diagnostics);
-    let module = match &config.replacement_module {
-        Some(r) => parse(
-            &context,
-            &r.bytes,
-            &format!("{}='{}'", r.variable, r.path.display()),
-        )?,
-        None => parse(&context, image, "image")?,
+    let (bytes, what) = match &options.replacement_module {
+        Some(r) => (
+            &r.bytes[..],
+            format!("{}='{}'", r.variable, r.path.display()),
+        ),
+        None => (image, "image".to_string()),
     };
+    let module = target_info::parse_module(&context, bytes, &what, &layout).map_err(|e| {
+        let kind = if bytes.len() >= 2 && (bytes[..2] == *b"BC" || bytes[..2] == [0xde, 0xc0]) {
+            "malformed LLVM bitcode"
+        } else {
+            "invalid LLVM IR"
+        };
+        Error::InvalidImage(format!("{what}: {kind}: {e}"))
+    })?;
 
     let module_triple = module.get_triple().as_str().to_string_lossy().into_owned();
-    if !triples_match(&module_triple, t.triple) {
+    if module_triple.is_empty() {
+        // Like `llc -mtriple`: a module without a triple is compiled for the device's.
+        module.set_triple(&TargetTriple::create(&triple));
+    } else if !triples_match(&module_triple, &triple) {
         return Err(Error::InvalidImage(format!(
-            "module triple '{module_triple}' does not match the engine's '{}' (LLVM would abort \
-             generating code for another target)",
-            t.triple
+            "module triple '{module_triple}' does not match the engine's '{triple}' (LLVM would \
+             abort generating code for another target)"
         )));
     }
-    if module_triple.is_empty() {
-        module.set_triple(&TargetTriple::create(t.triple));
-    }
-    if module.get_data_layout().as_str().to_bytes().is_empty() {
-        module.set_data_layout(&tm.get_target_data().get_data_layout());
-    }
-    retarget(&module, &context, t.cpu, t.features);
+    check_intrinsics(&module, &triple)?;
+    retarget(&module, &context, &target.cpu, &features);
+    check_function_features(&module, &target.cpu, &features)?;
     let signatures = signatures(&module);
     module.verify().map_err(|e| {
         Error::CompileFailure(format!("IR verification failed: {}", e.to_string_lossy()))
     })?;
-    if let Some(out) = &config.pre_opt_ir {
+    if let Some(out) = &options.pre_opt_ir {
         out.write(module.print_to_string().to_bytes())?;
     }
-    if !config.skip_opt {
+    if !options.skip_opt {
         module
             .run_passes(
-                &format!("default<O{}>", config.opt_level),
+                &format!("default<O{}>", options.opt_level),
                 &tm,
                 PassBuilderOptions::create(),
             )
@@ -369,16 +335,16 @@ pub fn compile(image: &[u8], t: &CodegenTarget<'_>, config: &JitConfig) -> Resul
                 Error::CompileFailure(format!("optimisation failed: {}", e.to_string_lossy()))
             })?;
     }
-    if let Some(out) = &config.post_opt_ir {
+    if let Some(out) = &options.post_opt_ir {
         out.write(module.print_to_string().to_bytes())?;
     }
-    if let Some(r) = &config.replacement_object {
+    if let Some(r) = &options.replacement_object {
         return Ok(CompileOutput {
             bytes: r.bytes.clone(),
             signatures,
         });
     }
-    let file_type = if emits_assembly(t.triple) {
+    let file_type = if emits_assembly(&triple) {
         FileType::Assembly
     } else {
         FileType::Object

@@ -1,136 +1,179 @@
-//! Per-device post-processing of generated code: what turns the code generator's output into
-//! what the device loads. Plugins choose one per device; its [`PostProcess::id`] is part of the
-//! cache key.
+//! Post-processing of generated code: what turns the code generator's output into what a
+//! device loads (see [`PostProcess`]). Runs in the worker.
+//!
+//! Linking uses `ld.lld` without any file: the object goes in through a sealed, anonymous
+//! `memfd` that the linker opens as `/proc/self/fd/N`, and the linked image comes back on the
+//! linker's stdout (`-o -`). Nothing is written under `/tmp`, so there is no name to predict,
+//! no symlink to follow and nothing to clean up after a signal. The linker is found and checked
+//! once per process: `OFFLOAD_LLD`, then LLVM 19's own `ld.lld`, then `ld.lld-19` and `ld.lld`
+//! on `PATH`.
 
+use offload_core::jit::PostProcess;
 use offload_core::{Error, Result};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
-/// Turns generated code into a loadable image.
-pub trait PostProcess: Send + Sync {
-    /// Identifies the step and its settings (goes into the cache key).
-    fn id(&self) -> String;
-    /// Runs the step.
-    fn run(&self, generated: Vec<u8>) -> Result<Vec<u8>>;
-}
+/// Variable naming the linker to use.
+pub const ENV_LLD: &str = "OFFLOAD_LLD";
 
-/// Hands the generated code over unchanged (PTX for a driver that assembles it itself, or an
-/// object for a caller that links it).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Unchanged;
-
-impl PostProcess for Unchanged {
-    fn id(&self) -> String {
-        "unchanged".into()
-    }
-    fn run(&self, generated: Vec<u8>) -> Result<Vec<u8>> {
-        Ok(generated)
-    }
-}
-
-/// Finds `ld.lld-19` (PATH, then LLVM 19's bin directory, then plain `ld.lld`).
-pub fn find_lld() -> Result<PathBuf> {
-    let candidates = ["ld.lld-19", "/usr/lib/llvm-19/bin/ld.lld", "ld.lld"];
-    for c in candidates {
-        if Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Ok(PathBuf::from(c));
-        }
-    }
-    Err(Error::Unsupported(format!(
-        "linking JIT output needs ld.lld from LLVM 19 (tried {}); install lld-19",
-        candidates.join(", ")
-    )))
-}
-
-/// Links the object into a shared object with lld (host images; AMDGPU code objects).
+/// A linker that answered `--version`.
 #[derive(Debug, Clone)]
-pub struct LinkSharedObject {
-    lld: PathBuf,
-    args: Vec<String>,
+pub struct Linker {
+    /// Its path (or name on `PATH`).
+    pub path: PathBuf,
+    /// The first line of its `--version`.
+    pub version: String,
 }
 
-impl LinkSharedObject {
-    /// `ld.lld -shared ARGS -o OUT IN`.
-    pub fn new(args: &[&str]) -> Result<Self> {
-        Ok(LinkSharedObject {
-            lld: find_lld()?,
-            args: args.iter().map(|s| s.to_string()).collect(),
-        })
-    }
-
-    /// For the host CPU: undefined symbols (libc) resolve when the image is loaded.
-    pub fn host() -> Result<Self> {
-        Self::new(&[])
-    }
-
-    /// For AMD GPUs, as upstream links JIT output: no undefined symbols allowed.
-    pub fn amdgpu(gfx: &str) -> Result<Self> {
-        Self::new(&["--no-undefined", &format!("-plugin-opt=mcpu={gfx}")])
-    }
+fn probe(candidate: &str) -> Option<Linker> {
+    let out = Command::new(candidate)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let version = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    version.contains("LLD").then(|| Linker {
+        path: PathBuf::from(candidate),
+        version,
+    })
 }
 
-/// Temporary files removed on drop, also on error paths.
-struct TempFiles(Vec<PathBuf>);
-
-impl Drop for TempFiles {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-impl PostProcess for LinkSharedObject {
-    fn id(&self) -> String {
-        format!("lld-shared {}", self.args.join(" "))
-    }
-
-    fn run(&self, generated: Vec<u8>) -> Result<Vec<u8>> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let base = std::env::temp_dir().join(format!("offload-jit-{}-{n}", std::process::id()));
-        let (input, output) = (base.with_extension("o"), base.with_extension("so"));
-        let _cleanup = TempFiles(vec![input.clone(), output.clone()]);
-        std::fs::write(&input, &generated).map_err(|e| {
-            Error::System(format!("writing '{}' for the linker: {e}", input.display()))
-        })?;
-        let out = Command::new(&self.lld)
-            .arg("-shared")
-            .args(&self.args)
-            .arg("-o")
-            .arg(&output)
-            .arg(&input)
-            .output()
-            .map_err(|e| Error::System(format!("running {}: {e}", self.lld.display())))?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            // lld repeats an error per reference; the distinct error lines say it all.
-            let mut errors: Vec<&str> = Vec::new();
-            for line in stderr.lines().filter(|l| l.contains("error:")) {
-                if !errors.contains(&line) {
-                    errors.push(line);
-                }
+/// The linker, found and checked on first use and remembered for the process.
+pub fn linker() -> Result<&'static Linker> {
+    static LINKER: OnceLock<Result<Linker>> = OnceLock::new();
+    LINKER
+        .get_or_init(|| {
+            if let Some((name, value)) = offload_core::env::raw(&[ENV_LLD])? {
+                return probe(&value).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "environment variable {name}='{value}' is not valid: it is not an ld.lld \
+                         that answers --version"
+                    ))
+                });
             }
-            let hint = if stderr.contains("cannot be used with -shared") || stderr.contains("-fPIC")
-            {
-                " (the input was not compiled as position-independent code: build host bitcode \
-                 with clang -fPIC -emit-llvm)"
-            } else {
-                ""
-            };
-            return Err(Error::CompileFailure(format!(
-                "linking the generated object with {} failed: {}{hint}",
-                self.lld.display(),
-                errors.join("; ")
-            )));
-        }
-        std::fs::read(&output).map_err(|e| {
-            Error::System(format!("reading linker output '{}': {e}", output.display()))
+            let candidates = ["/usr/lib/llvm-19/bin/ld.lld", "ld.lld-19", "ld.lld"];
+            candidates.iter().find_map(|c| probe(c)).ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "linking JIT output needs ld.lld from LLVM 19 (tried {}; set {ENV_LLD}); \
+                     install lld-19",
+                    candidates.join(", ")
+                ))
+            })
         })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// An anonymous, sealed memory file holding `bytes`.
+fn sealed_memfd(bytes: &[u8]) -> Result<OwnedFd> {
+    // SAFETY: a valid C string; flags are defined by the kernel ABI.
+    let raw = unsafe {
+        libc::memfd_create(
+            c"offload-jit-object".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if raw < 0 {
+        return Err(Error::System(format!(
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, bytes)
+        .map_err(|e| Error::System(format!("writing the object for the linker: {e}")))?;
+    let fd = OwnedFd::from(file);
+    // SAFETY: plain fcntl on our descriptor; sealing is best effort.
+    unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+        );
+    }
+    Ok(fd)
+}
+
+/// `ld.lld -shared ARGS -o - /proc/self/fd/N`, with the object in a memfd.
+fn link(object: &[u8], args: &[String]) -> Result<Vec<u8>> {
+    use std::os::unix::process::CommandExt;
+    let lld = linker()?;
+    let fd = sealed_memfd(object)?;
+    let raw = fd.as_raw_fd();
+    let mut cmd = Command::new(&lld.path);
+    cmd.arg("-shared")
+        .args(args)
+        .args(["-o", "-"])
+        .arg(format!("/proc/self/fd/{raw}"))
+        .stdin(Stdio::null());
+    // SAFETY: runs in the child before exec: fcntl and prctl are async-signal-safe. The memfd
+    // must survive exec (it is the linker's input), and the linker must not outlive the
+    // compile thread that waits for it.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| Error::System(format!("running {}: {e}", lld.path.display())))?;
+    drop(fd);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // lld repeats an error per reference; the distinct error lines say it all.
+        let mut errors: Vec<&str> = Vec::new();
+        for line in stderr.lines().filter(|l| l.contains("error:")) {
+            if !errors.contains(&line) {
+                errors.push(line);
+            }
+        }
+        if errors.is_empty() {
+            errors.extend(stderr.lines().filter(|l| !l.trim().is_empty()).take(3));
+        }
+        let hint = if stderr.contains("cannot be used with -shared") || stderr.contains("-fPIC") {
+            " (the input was not compiled as position-independent code: build host bitcode \
+             with clang -fPIC -emit-llvm)"
+        } else {
+            ""
+        };
+        return Err(Error::CompileFailure(format!(
+            "linking the generated object with {} failed ({}): {}{hint}",
+            lld.path.display(),
+            out.status,
+            errors.join("; ")
+        )));
+    }
+    if out.stdout.is_empty() {
+        return Err(Error::CompileFailure(format!(
+            "{} wrote no output",
+            lld.path.display()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// Runs `post` on the generated code.
+pub fn run(post: &PostProcess, generated: Vec<u8>) -> Result<Vec<u8>> {
+    match post {
+        PostProcess::Unchanged => Ok(generated),
+        PostProcess::LinkHostSharedObject => link(&generated, &[]),
+        PostProcess::LinkAmdgpuCodeObject { gfx } => link(
+            &generated,
+            &["--no-undefined".into(), format!("-plugin-opt=mcpu={gfx}")],
+        ),
     }
 }

@@ -1,5 +1,6 @@
 //! Oracle tests (ARCHITECTURE.md decision 6): for the same input, CPU and optimisation level,
-//! the engine's output equals LLVM's own tools run as separate processes:
+//! the engine's output (compiled in the JIT worker process, as every runtime compiles) equals
+//! LLVM's own tools run as separate processes:
 //! `opt-19 -O3 -mcpu=CPU | llc-19 -O3 -mcpu=CPU` (PTX text with `-asm-verbose=false`; AMDGPU and
 //! x86-64 objects byte for byte).
 //!
@@ -11,7 +12,8 @@
 //! Inputs: the kernels in `kernels/` compiled to bitcode by clang-19 for each target, and
 //! hand-written IR in `tests/ir/`.
 
-use offload_jit::{JitConfig, JitEngine, JitTarget, Unchanged};
+use offload_core::jit::{CompileRequest, JitService, JitTarget, PostProcess};
+use offload_jit_client::{JitClient, JitConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -117,15 +119,28 @@ fn inputs(t: &Target) -> Vec<PathBuf> {
 
 #[test]
 fn engine_output_equals_opt_and_llc() {
+    let client = JitClient::new(
+        Ok(JitConfig {
+            worker: Some(env!("CARGO_BIN_EXE_offload-jit-worker").into()),
+            ..JitConfig::default()
+        }),
+        Vec::new(),
+    );
     for t in &TARGETS {
-        let engine = JitEngine::with_config(t.triple, JitConfig::default()).unwrap();
         let target = JitTarget {
-            compute_unit_kind: t.cpu.into(),
+            triple: t.triple.into(),
+            cpu: t.cpu.into(),
             features: String::new(),
         };
         for input in inputs(t) {
             let bytes = std::fs::read(&input).unwrap();
-            let ours = engine.compile(&bytes, &target, &Unchanged).unwrap();
+            let ours = client
+                .compile(&CompileRequest {
+                    image: &bytes,
+                    target: target.clone(),
+                    post: PostProcess::Unchanged,
+                })
+                .unwrap();
             let theirs = oracle(t, &input);
             if ours.image.bytes != theirs {
                 let dir = scratch();

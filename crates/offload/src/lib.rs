@@ -27,4 +27,4 @@ pub use offload_core::{
     DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, KernelArg, KernelHandle,
     LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
-pub use runtime::{Device, DeviceBuffer, PluginSlot, PluginStatus, Program, Runtime};
+pub use runtime::{Device, DeviceBuffer, PluginSlot, PluginStatus, Program, Runtime, jit_client};

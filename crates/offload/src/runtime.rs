@@ -2,14 +2,38 @@
 //! programs and device buffers.
 
 use crate::discovery;
-use offload_core::abi::loader::LoadedPlugin;
+use offload_core::abi::AbiJitService;
+use offload_core::abi::loader::{LoadedPlugin, jit_service_table};
 use offload_core::image::{ElfEndian, machine};
 use offload_core::{
     DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg, KernelHandle,
     LaunchDims, MemoryKind, ProgramHandle, Result, classify,
 };
+use offload_jit_client::JitClient;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The process's JIT client: one per process, shared by every runtime and every plugin, so a
+/// process has at most one JIT worker and one cache. Made on first use; it starts nothing until
+/// the first compile.
+pub fn jit_client() -> &'static Arc<JitClient> {
+    static CLIENT: OnceLock<Arc<JitClient>> = OnceLock::new();
+    CLIENT.get_or_init(|| Arc::new(JitClient::from_env(Vec::new())))
+}
+
+/// The ABI form of the process's JIT service for the plugin named `name` (its compiles are
+/// counted under that name). Made once per name: plugins keep the pointer forever.
+fn jit_service_for(name: &str) -> &'static AbiJitService {
+    static TABLES: OnceLock<Mutex<HashMap<String, &'static AbiJitService>>> = OnceLock::new();
+    let mut tables = TABLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    tables
+        .entry(name.to_string())
+        .or_insert_with(|| jit_service_table(jit_client().service(name)))
+}
 
 /// What `offload info` reports for a plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +71,8 @@ enum SlotState {
     Loaded {
         plugin: Arc<LoadedPlugin>,
         init: OnceLock<std::result::Result<usize, Error>>,
+        /// The plugin took the process's JIT service (it compiles bitcode through it).
+        uses_jit: bool,
     },
 }
 
@@ -61,10 +87,17 @@ pub struct PluginSlot {
 impl PluginSlot {
     fn open(name: String, path: PathBuf) -> PluginSlot {
         let state = match LoadedPlugin::open(&path) {
-            Ok(plugin) => SlotState::Loaded {
-                plugin,
-                init: OnceLock::new(),
-            },
+            Ok(plugin) => {
+                // Offered before init; a plugin that compiles nothing says so.
+                let uses_jit = plugin
+                    .set_jit_service(jit_service_for(plugin.name()))
+                    .is_ok();
+                SlotState::Loaded {
+                    plugin,
+                    init: OnceLock::new(),
+                    uses_jit,
+                }
+            }
             Err(e) => SlotState::Failed(e),
         };
         let name = match &state {
@@ -96,7 +129,7 @@ impl PluginSlot {
     pub fn device_count(&self) -> Result<usize> {
         match &self.state {
             SlotState::Failed(e) => Err(e.clone()),
-            SlotState::Loaded { plugin, init } => init.get_or_init(|| plugin.init()).clone(),
+            SlotState::Loaded { plugin, init, .. } => init.get_or_init(|| plugin.init()).clone(),
         }
     }
 
@@ -110,9 +143,15 @@ impl PluginSlot {
         }
     }
 
-    /// Counters of the plugin's JIT engine (`None` if it has none or is not loaded).
+    /// Counters of the plugin's JIT requests (`None` if it compiles nothing or is not loaded).
     pub fn jit_stats(&self) -> Option<offload_core::JitStats> {
-        self.plugin().and_then(|p| p.jit_stats())
+        match &self.state {
+            SlotState::Loaded { uses_jit: true, .. } => {
+                Some(jit_client().stats_for(&self.name).unwrap_or_default())
+            }
+            SlotState::Loaded { plugin, .. } => plugin.jit_stats(),
+            SlotState::Failed(_) => None,
+        }
     }
 
     /// Device `index` of this plugin.
@@ -167,6 +206,8 @@ impl Runtime {
     /// Discovers plugins in `dirs`; with `only`, loads just the plugins of those names.
     pub fn with_plugin_dirs(dirs: &[PathBuf], only: Option<&[String]>) -> Runtime {
         let mut notes = Vec::new();
+        // The JIT worker is looked for next to the plugins.
+        jit_client().add_search_dirs(dirs);
         let found = discovery::find_plugins(dirs);
         if let Some(only) = only {
             for wanted in only {
@@ -196,6 +237,11 @@ impl Runtime {
     /// Problems met during discovery that are not tied to one plugin.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// The process's JIT client (shared by every plugin and every runtime).
+    pub fn jit(&self) -> &'static Arc<JitClient> {
+        jit_client()
     }
 
     /// The plugin named `name`.
@@ -275,6 +321,16 @@ impl Runtime {
     }
 
     fn route_jit_input(&self, image: &[u8]) -> Result<Device> {
+        // Read without LLVM: routing never maps libLLVM, and a malformed module fails here.
+        let triple = offload_core::bitcode::module_triple(image)?;
+        if triple.is_empty() {
+            return Err(Error::Unsupported(
+                "the LLVM module has no target triple, so it is not clear which device it is \
+                 for; add a `target triple` line (clang writes one), or choose the device \
+                 (--device PLUGIN:INDEX), whose triple it is then compiled for"
+                    .into(),
+            ));
+        }
         let mut reasons = Vec::new();
         for slot in self.slots.iter().filter(|s| s.plugin().is_some()) {
             match slot.pick_device(image) {

@@ -4,11 +4,11 @@ use crate::launch::PreparedCall;
 use crate::memory::MemoryMap;
 use crate::program::Program;
 use crate::queue::Queue;
+use offload_core::jit::ParamType;
 use offload_core::{
     DeviceInfo, DeviceLimits, DevicePtr, ElfImage, Error, GenericDevice, GlobalSymbol, KernelArg,
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result,
 };
-use offload_jit::ParamType;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -222,10 +222,11 @@ impl GenericDevice for HostDevice {
     }
 
     fn info(&self) -> Result<DeviceInfo> {
+        let target = crate::HostJit::target();
         Ok(DeviceInfo {
             name: format!("{} (host, {} worker threads)", cpu_model(), self.threads),
-            compute_unit_kind: self.jit.target.compute_unit_kind.clone(),
-            target_features: self.jit.target.features.clone(),
+            compute_unit_kind: target.cpu,
+            target_features: target.features,
             total_memory: physical_memory(),
             compute_units: self.threads,
             limits: DeviceLimits {
@@ -238,7 +239,7 @@ impl GenericDevice for HostDevice {
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
-        crate::check_image(Some(&self.jit), image)
+        crate::check_image(image)
     }
 
     fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
@@ -281,13 +282,8 @@ impl GenericDevice for HostDevice {
         }
         lock(&self.kernels).retain(|_, k| k.program_handle != program.0);
         lock(&self.memory).remove_program_globals(program.0);
-        // The image is unmapped when the last in-flight launch drops its `Arc<Program>`; then
-        // its JIT cache entry (if any) may be released under the cache's capacity.
-        let held_jit_image = removed.as_ref().is_some_and(|p| p.jit_image.is_some());
+        // The image is unmapped when the last in-flight launch drops its `Arc<Program>`.
         drop(removed);
-        if held_jit_image {
-            self.jit.engine.release_unused();
-        }
         Ok(())
     }
 

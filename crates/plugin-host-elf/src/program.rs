@@ -30,9 +30,8 @@ pub struct Program {
     pub image: ElfImage,
     /// Whether the image defines the work-item context (kernels that include the header do).
     pub has_context: bool,
-    /// The JIT cache entry this program was loaded from, held so the cache cannot drop it
-    /// while the program is loaded.
-    pub jit_image: Option<Arc<offload_jit::CompiledImage>>,
+    /// The JIT output this program was loaded from (its kernels' signatures check launches).
+    pub jit_image: Option<Arc<offload_core::jit::CompiledImage>>,
 }
 
 // SAFETY: the dlopen handle may be used from any thread (the dynamic loader is thread-safe);

@@ -54,8 +54,32 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             "devices": devices,
         }));
     }
+    // The JIT as this process would use it: where its worker is (nothing is started here).
+    let client = rt.jit();
+    let jit = match client.config() {
+        Ok(config) => {
+            let (isolation, name) = match config.isolation {
+                offload_jit_client::Isolation::Worker => {
+                    ("worker", offload_jit_client::WORKER_NAME)
+                }
+                offload_jit_client::Isolation::InProcess => {
+                    ("inprocess", offload_jit_client::ENGINE_LIBRARY)
+                }
+            };
+            let located = client.locate(name);
+            json!({
+                "isolation": isolation,
+                "path": located.as_ref().ok().map(|p| p.display().to_string()),
+                "llvm": offload_jit_client::LLVM_VERSION,
+                "timeout_s": config.timeout.as_ref().map(|t| t.value.as_secs_f64()),
+                "memory_limit_bytes": config.memory_limit.as_ref().map(|m| m.value),
+                "error": located.err().map(|e| e.to_string()),
+            })
+        }
+        Err(e) => json!({ "error": e.to_string() }),
+    };
     if as_json {
-        let out = json!({ "plugins": plugins, "notes": rt.notes() });
+        let out = json!({ "plugins": plugins, "jit": jit, "notes": rt.notes() });
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("JSON values serialise")
@@ -95,6 +119,15 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 human_bytes(d["memory_bytes"].as_u64().unwrap_or(0))
             );
         }
+    }
+    match (jit["error"].as_str(), jit["path"].as_str()) {
+        (Some(e), _) => println!("jit      error: {e}"),
+        (None, Some(path)) => println!(
+            "jit      {} {path} (LLVM {}; started on the first compile)",
+            jit["isolation"].as_str().unwrap_or("?"),
+            jit["llvm"].as_str().unwrap_or("?")
+        ),
+        (None, None) => {}
     }
     for n in rt.notes() {
         println!("note: {n}");

@@ -1,7 +1,11 @@
 //! `offload jit IMAGE --target TRIPLE --cpu CPU [--features F] [-O N] -o OUT`
+//!
+//! Compiles through the same JIT client and worker process as the plugins, so an input that
+//! crashes LLVM is an error here too, never a crash of this process.
 
 use super::{Failure, human_bytes, ms_since};
-use offload_jit::{JitConfig, JitEngine, JitTarget, LinkSharedObject, PostProcess, Unchanged};
+use offload_core::jit::{CompileRequest, JitService, JitTarget, PostProcess};
+use offload_jit_client::{JitClient, JitConfig};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -15,8 +19,9 @@ pub struct JitArgs {
     /// Exact CPU / compute-unit kind (sm_90, gfx90a, znver3, x86-64).
     #[arg(long)]
     cpu: String,
-    /// LLVM target features (e.g. +ptx80).
-    #[arg(long, default_value = "")]
+    /// LLVM target features, comma-separated: +name enables, -name disables, a bare name
+    /// enables (as llc -mattr).
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     features: String,
     /// Optimisation level (default: OFFLOAD_JIT_OPT_LEVEL, else 3).
     #[arg(short = 'O', value_parser = clap::value_parser!(u8).range(0..=3))]
@@ -26,33 +31,21 @@ pub struct JitArgs {
     output: PathBuf,
 }
 
-/// What the plugin for `triple` would do after code generation, where this machine can do it.
-fn post_process_for(
-    triple: &str,
-    cpu: &str,
-) -> Result<(Box<dyn PostProcess>, &'static str), Failure> {
+/// What the plugin for `triple` would do after code generation.
+fn post_process_for(triple: &str, cpu: &str) -> PostProcess {
     let arch = triple.split('-').next().unwrap_or("");
-    let linked =
-        |p: offload_core::Result<LinkSharedObject>| -> Result<Box<dyn PostProcess>, Failure> {
-            Ok(Box::new(p.map_err(|e| Failure::Runtime(e.to_string()))?))
-        };
-    Ok(match arch {
-        "nvptx64" | "nvptx" => (Box::new(Unchanged), "PTX text"),
-        "amdgcn" => (
-            linked(LinkSharedObject::amdgpu(cpu))?,
-            "linked AMDGPU code object",
-        ),
-        _ if triple.contains("linux") => {
-            (linked(LinkSharedObject::host())?, "linked shared object")
-        }
-        _ => (Box::new(Unchanged), "object file"),
-    })
+    match arch {
+        "nvptx64" | "nvptx" => PostProcess::Unchanged,
+        "amdgcn" => PostProcess::LinkAmdgpuCodeObject { gfx: cpu.into() },
+        _ if triple.contains("linux") => PostProcess::LinkHostSharedObject,
+        _ => PostProcess::Unchanged,
+    }
 }
 
 pub fn jit(a: JitArgs) -> Result<(), Failure> {
     let image = std::fs::read(&a.image)
         .map_err(|e| Failure::Usage(format!("cannot read image '{}': {e}", a.image.display())))?;
-    if !JitEngine::is_jit_input(&image) {
+    if !offload_jit_client::is_jit_input(&image) {
         return Err(Failure::Usage(format!(
             "'{}' is neither LLVM bitcode nor textual IR",
             a.image.display()
@@ -60,28 +53,38 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
     }
     let mut config = JitConfig::from_env()?;
     if let Some(o) = a.opt {
-        config.opt_level = o;
+        config.options.opt_level = o;
     }
-    let engine = JitEngine::with_config(&a.target, config)?;
-    let (post, kind) = post_process_for(engine.triple(), &a.cpu)?;
-    let target = JitTarget {
-        compute_unit_kind: a.cpu.clone(),
-        features: a.features.clone(),
+    let opt_level = config.options.opt_level;
+    let shown = a.image.display();
+    let module_triple = offload_core::bitcode::module_triple(&image)
+        .map_err(|e| e.context(format!("image '{shown}'")))?;
+    if !module_triple.is_empty() && !offload_core::triple::triples_match(&module_triple, &a.target)
+    {
+        return Err(Failure::Runtime(format!(
+            "image '{shown}': bitcode is for '{module_triple}', not '{}'",
+            a.target
+        )));
+    }
+    let client = JitClient::new(
+        Ok(config),
+        offload::default_plugin_dirs().unwrap_or_default(),
+    );
+    let post = post_process_for(&a.target, &a.cpu);
+    let kind = post.describe(&a.target);
+    let request = CompileRequest {
+        image: &image,
+        target: JitTarget {
+            triple: a.target.clone(),
+            cpu: a.cpu.clone(),
+            features: a.features.clone(),
+        },
+        post,
     };
     let t = Instant::now();
-    engine
-        .check_image(&image)
-        .map_err(|e| e.context(format!("image '{}'", a.image.display())))?;
-    let out = engine
-        .compile(&image, &target, post.as_ref())
-        .map_err(|e| {
-            e.context(format!(
-                "image '{}' for {} {}",
-                a.image.display(),
-                engine.triple(),
-                a.cpu
-            ))
-        })?;
+    let out = client
+        .compile(&request)
+        .map_err(|e| e.context(format!("image '{shown}' for {} {}", a.target, a.cpu)))?;
     std::fs::write(&a.output, &out.image.bytes)
         .map_err(|e| Failure::Runtime(format!("cannot write '{}': {e}", a.output.display())))?;
     println!(
@@ -89,9 +92,9 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
         a.output.display(),
         kind,
         human_bytes(out.image.bytes.len() as u64),
-        engine.triple(),
+        a.target,
         a.cpu,
-        engine.config().opt_level,
+        opt_level,
         ms_since(t)
     );
     Ok(())
