@@ -707,3 +707,51 @@ fn hundreds_of_mutated_bitcode_images_never_signal_the_caller() {
     // The process is alive and still compiles the original.
     device.load(&bitcode).unwrap().kernel("saxpy").unwrap();
 }
+
+/// The triple reader runs in the caller's process (routing happens before any worker): every
+/// truncation and every single-bit flip of real clang bitcode, for each target, is a triple or
+/// an error naming the problem, never a panic or a loop.
+#[test]
+fn the_triple_reader_survives_every_bit_flip_of_real_bitcode() {
+    for (target, want) in [
+        (vec![], "x86_64-pc-linux-gnu"),
+        (
+            vec!["-target", "nvptx64-nvidia-cuda", "-march=sm_90"],
+            "nvptx64-nvidia-cuda",
+        ),
+        (
+            vec!["-target", "amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-nogpulib"],
+            "amdgcn-amd-amdhsa",
+        ),
+    ] {
+        let bc = std::fs::read(kernel_ir("saxpy", &target, "bc")).unwrap();
+        assert_eq!(offload_core::bitcode::module_triple(&bc).unwrap(), want);
+        let (mut ok, mut refused) = (0usize, 0usize);
+        let started = Instant::now();
+        for len in 0..bc.len() {
+            match offload_core::bitcode::module_triple(&bc[..len]) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    assert!(e.to_string().contains("malformed LLVM bitcode"), "{e}");
+                    refused += 1;
+                }
+            }
+        }
+        for bit in 0..bc.len() * 8 {
+            let mut m = bc.clone();
+            m[bit / 8] ^= 1 << (bit % 8);
+            match offload_core::bitcode::module_triple(&m) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    assert!(e.to_string().contains("malformed LLVM bitcode"), "{e}");
+                    refused += 1;
+                }
+            }
+        }
+        println!(
+            "{want}: {} bytes, {ok} mutants read, {refused} refused, {:?}",
+            bc.len(),
+            started.elapsed()
+        );
+    }
+}
