@@ -42,7 +42,8 @@ run_group() {
 
 run_group core    -p offload-core -p offload
 run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation)'
-run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory)'
+run_group layer   -p plugin-common
+run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
 
 # Every test of the workspace must belong to some group: a test no group runs is a test CI

@@ -191,6 +191,8 @@ fn damaged_plugins_are_reported_and_the_others_keep_working() {
         ("bad-major", "failed", bad_major.as_str()),
         ("short-table", "failed", "plugin table is 64 bytes"),
         ("null-entry", "failed", "returned null"),
+        ("null-launch", "failed", "has a null 'launch' entry"),
+        ("null-jit-stats", "failed", "has a null 'jit_stats' entry"),
         ("panic-entry", "failed", "returned null"),
         ("init-error", "failed", "driver error 999"),
         ("no-devices", "no-devices", "reports 0 devices"),
@@ -241,17 +243,214 @@ fn damaged_plugins_are_reported_and_the_others_keep_working() {
 }
 
 #[test]
-fn an_older_minor_version_is_accepted_without_its_newer_entries() {
-    // A plugin built for ABI 1.0 has no jit_stats entry: it loads and works, and the runtime
-    // does not call past the end of its table.
-    let json = info_json(&[("OFFLOAD_TESTDEV_MODE", "abi-1.0")]);
-    let t = plugin(&json, "testdev");
-    assert_eq!(t["status"], "ok", "{t}");
-    assert_eq!(t["abi_version"], format!("{ABI_MAJOR}.0"));
-    assert!(t["jit"].is_null(), "{t}");
-    assert_eq!(t["devices"].as_array().unwrap().len(), 2);
-    // The host plugin of this build has the entry.
+fn genuinely_shorter_older_tables_load_and_work() {
+    // testdev builds these tables at the very end of a readable page, followed by one that
+    // cannot be read: a runtime that read past the size an older table declares would fault
+    // here. They load, their devices work, and the entries they lack are simply absent.
+    for (mode, minor) in [("abi-1.0", 0), ("abi-1.1", 1)] {
+        let json = info_json(&[("OFFLOAD_TESTDEV_MODE", mode)]);
+        let t = plugin(&json, "testdev");
+        assert_eq!(t["status"], "ok", "{mode}: {t}");
+        assert_eq!(t["abi_version"], format!("{ABI_MAJOR}.{minor}"));
+        assert!(t["jit"].is_null(), "{mode}: {t}");
+        assert_eq!(t["devices"].as_array().unwrap().len(), 2);
+        // Real work through the short table, in a process of its own.
+        let dir = scratch(&format!("short-{mode}"));
+        let path = dir.join("img.elf");
+        std::fs::write(&path, synthetic_elf(TESTDEV_MACHINE, &["fill"])).unwrap();
+        let out = offload(
+            &[
+                "run",
+                path.to_str().unwrap(),
+                "--kernel",
+                "fill",
+                "--block",
+                "4",
+                "--arg",
+                "u32:5",
+                "--arg",
+                "buf:u32:4",
+                "--json",
+            ],
+            &[
+                (
+                    "OFFLOAD_PLUGIN_PATH",
+                    testdev_plugin_dir().to_str().unwrap(),
+                ),
+                ("OFFLOAD_TESTDEV_MODE", mode),
+            ],
+        );
+        assert!(out.status.success(), "{mode}: {}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(
+            json["buffers"][0]["head"],
+            serde_json::json!([5, 6, 7, 8]),
+            "{mode}"
+        );
+    }
+    // The host plugin of this build has every entry.
+    let json = info_json(&[]);
     assert!(plugin(&json, "host")["jit"]["compiles"].is_u64());
+    assert_eq!(
+        plugin(&json, "host")["abi_version"],
+        format!("{ABI_MAJOR}.{ABI_MINOR}")
+    );
+}
+
+#[test]
+fn handles_are_bound_to_their_owner() {
+    let rt = both_runtime();
+    let (d0, d1) = (
+        rt.device("testdev", 0).unwrap(),
+        rt.device("testdev", 1).unwrap(),
+    );
+    let image = synthetic_elf(TESTDEV_MACHINE, &["fill", "other"]);
+    let (a, b) = (d0.load(&image).unwrap(), d0.load(&image).unwrap());
+    let ka = a.kernel("fill").unwrap();
+    let buf = d0.alloc_buffer(64).unwrap();
+    // A kernel of program A launched as program B's.
+    let e = b
+        .launch(ka, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())])
+        .unwrap_err();
+    assert!(e.to_string().contains("belongs to program"), "{e}");
+    let (r0, r1) = (d0.raw(), d1.raw());
+    // A program of device 0 used on device 1.
+    let e = r1.kernel(a.handle(), "fill").unwrap_err().to_string();
+    assert!(
+        e.contains("belongs to device testdev:0, not testdev:1"),
+        "{e}"
+    );
+    // A kernel handle used as a program handle, and the other way round.
+    let e = r0
+        .kernel(offload::ProgramHandle(ka.handle().0), "fill")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("is a kernel handle") && e.contains("not a program handle"),
+        "{e}"
+    );
+    let e = r0
+        .launch(
+            offload::KernelHandle(a.handle().0),
+            &LaunchDims::linear(1, 1),
+            &[],
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is a program handle"), "{e}");
+    // Handles after unload, destroy and free.
+    let kb = b.kernel("fill").unwrap();
+    let b_handle = b.handle();
+    drop(b);
+    let e = r0.kernel(b_handle, "fill").unwrap_err().to_string();
+    assert!(
+        e.contains("no longer valid: its program was unloaded"),
+        "{e}"
+    );
+    let e = r0
+        .launch(
+            kb.handle(),
+            &LaunchDims::linear(1, 1),
+            &[KernelArg::Ptr(buf.ptr())],
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no longer valid"), "{e}");
+    let q = r0.queue_create().unwrap();
+    r0.queue_destroy(q).unwrap();
+    assert!(
+        r0.queue_synchronize(q)
+            .unwrap_err()
+            .to_string()
+            .contains("queue was destroyed")
+    );
+    let ev = r0.event_create().unwrap();
+    r0.event_destroy(ev).unwrap();
+    assert!(
+        r0.event_query(ev)
+            .unwrap_err()
+            .to_string()
+            .contains("event was destroyed")
+    );
+    // Memory of device 0 passed to a launch, or freed, on device 1.
+    let p1 = d1.load(&image).unwrap();
+    let k1 = p1.kernel("fill").unwrap();
+    let e = p1
+        .launch(k1, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not inside any live allocation or global of testdev:1"),
+        "{e}"
+    );
+    assert!(r1.free(buf.ptr()).is_err());
+    let raw_ptr = r0.alloc(16, offload::MemoryKind::Device).unwrap();
+    r0.free(raw_ptr).unwrap();
+    assert!(
+        r0.free(raw_ptr)
+            .unwrap_err()
+            .to_string()
+            .contains("double free")
+    );
+    // The right combinations still work.
+    a.launch(
+        ka,
+        &LaunchDims::linear(1, 4),
+        &[KernelArg::U32(1), KernelArg::Ptr(buf.ptr())],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_failed_queue_reports_its_error_and_refuses_work_until_recreated() {
+    let rt = both_runtime();
+    let d = rt.device("testdev", 0).unwrap();
+    let program = d
+        .load(&synthetic_elf(TESTDEV_MACHINE, &["fill", "panic"]))
+        .unwrap();
+    let (fill, panic) = (
+        program.kernel("fill").unwrap(),
+        program.kernel("panic").unwrap(),
+    );
+    let buf = d.alloc_buffer(64).unwrap();
+    let raw = d.raw();
+    let q = raw.queue_create().unwrap();
+    let dims = LaunchDims::linear(1, 4);
+    let args = [KernelArg::U32(9), KernelArg::Ptr(buf.ptr())];
+    raw.launch(fill.handle(), &dims, &args, Some(q)).unwrap();
+    raw.launch(panic.handle(), &dims, &[], Some(q)).unwrap();
+    // Work submitted before the failure is known is skipped, not run on bad state.
+    let _ = raw.launch(fill.handle(), &dims, &args, Some(q));
+    let event = raw.event_create().unwrap();
+    raw.event_record(event, q).unwrap();
+    let e = raw.queue_synchronize(q).unwrap_err();
+    assert!(matches!(e, Error::PluginPanic(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("testdev kernel 'panic' was launched"),
+        "{e}"
+    );
+    // Sticky, and never a hang.
+    assert!(raw.queue_synchronize(q).is_err());
+    let e = raw
+        .launch(fill.handle(), &dims, &args, Some(q))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("destroy it and create a new one"), "{e}");
+    // An event recorded on the failed queue completes with its error.
+    assert!(raw.event_synchronize(event).is_err());
+    assert!(raw.event_query(event).unwrap());
+    // Destroying reports the failure once more; a new queue works.
+    assert!(raw.queue_destroy(q).is_err());
+    let q2 = raw.queue_create().unwrap();
+    raw.launch(fill.handle(), &dims, &args, Some(q2)).unwrap();
+    raw.queue_synchronize(q2).unwrap();
+    let mut out = vec![0u8; 16];
+    buf.read(&mut out).unwrap();
+    assert_eq!(&out[..4], &9u32.to_le_bytes());
+    raw.queue_destroy(q2).unwrap();
 }
 
 #[test]

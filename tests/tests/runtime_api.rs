@@ -83,7 +83,7 @@ fn a_queue_runs_copies_and_launches_in_order_asynchronously() {
             .unwrap();
         for _ in 0..3 {
             raw.launch(
-                kernel,
+                kernel.handle(),
                 &LaunchDims::linear(n.div_ceil(64) as u32, 64),
                 &[
                     KernelArg::I32(n as i32),
@@ -106,20 +106,16 @@ fn a_queue_runs_copies_and_launches_in_order_asynchronously() {
     for (i, g) in got.iter().enumerate() {
         assert_eq!(*g, 1.0 + 6.0 * i as f32, "element {i}");
     }
-    // A failure on the queue is reported by synchronize, and later work is skipped.
-    // SAFETY: as above.
-    unsafe {
-        raw.copy_to_device(dx.ptr(), x.as_ptr(), x.len() + 4, Some(q))
-            .unwrap();
-        raw.copy_from_device(out.as_mut_ptr(), dy.ptr(), 4, Some(q))
-            .unwrap();
-    }
-    let e = raw.queue_synchronize(q).unwrap_err();
+    // A range outside every allocation is refused when it is enqueued, and the queue stays
+    // usable.
+    // SAFETY: as above (nothing is enqueued by the failing call).
+    let e = unsafe { raw.copy_to_device(dx.ptr(), x.as_ptr(), x.len() + 4, Some(q)) }.unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     assert!(
         e.to_string().contains("not inside any live allocation"),
         "{e}"
     );
+    raw.queue_synchronize(q).unwrap();
     raw.queue_destroy(q).unwrap();
     assert!(matches!(raw.queue_synchronize(q), Err(Error::NotFound(_))));
     assert!(matches!(

@@ -161,6 +161,66 @@ pub enum ImageKind {
     },
     /// Textual LLVM IR (what `clang -S -emit-llvm` writes).
     LlvmIr,
+    /// PTX assembly text (NVIDIA's virtual ISA; the CUDA driver assembles it).
+    Ptx,
+    /// A CUDA fat binary (magic `0xBA55ED50`): cubins and PTX for several architectures.
+    CudaFatbin,
+    /// An LLVM offload binary (magic `0x10FF10AD`): what `clang-offload-packager` writes and
+    /// clang's new offload driver embeds; several images, each with its triple and arch.
+    OffloadBinary,
+    /// A clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`): several images by bundle id.
+    OffloadBundle,
+}
+
+/// Magic of an LLVM offload binary.
+pub const OFFLOAD_BINARY_MAGIC: [u8; 4] = [0x10, 0xFF, 0x10, 0xAD];
+/// Magic of a clang offload bundle.
+pub const OFFLOAD_BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
+/// Magic of a compressed clang offload bundle (`clang-offload-bundler -compress`).
+pub const COMPRESSED_BUNDLE_MAGIC: &[u8; 4] = b"CCOB";
+/// Magic of a CUDA fat binary, as stored (little-endian `0xBA55ED50`).
+pub const CUDA_FATBIN_MAGIC: [u8; 4] = [0x50, 0xED, 0x55, 0xBA];
+
+impl ImageKind {
+    /// A short name for messages (`ELF`, `bitcode`, `PTX`, ...).
+    pub fn describe(&self) -> &'static str {
+        match self {
+            ImageKind::Elf(_) => "ELF",
+            ImageKind::Bitcode { .. } => "LLVM bitcode",
+            ImageKind::LlvmIr => "LLVM IR",
+            ImageKind::Ptx => "PTX",
+            ImageKind::CudaFatbin => "CUDA fatbin",
+            ImageKind::OffloadBinary => "LLVM offload binary",
+            ImageKind::OffloadBundle => "clang offload bundle",
+        }
+    }
+
+    /// Whether the JIT compiles this kind (bitcode or IR).
+    pub fn is_jit_input(&self) -> bool {
+        matches!(self, ImageKind::Bitcode { .. } | ImageKind::LlvmIr)
+    }
+}
+
+/// Whether the bytes are PTX text: after blank lines and `//` or `/* */` comments, the first
+/// directive is `.version`, as PTX requires.
+pub fn looks_like_ptx(bytes: &[u8]) -> bool {
+    let mut rest = bytes;
+    loop {
+        rest = rest.trim_ascii_start();
+        if let Some(r) = rest.strip_prefix(b"//") {
+            let end = r.iter().position(|&b| b == b'\n').unwrap_or(r.len());
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix(b"/*") {
+            match r.windows(2).position(|w| w == b"*/") {
+                Some(end) => rest = &r[end + 2..],
+                None => return false,
+            }
+        } else {
+            break;
+        }
+    }
+    rest.strip_prefix(b".version")
+        .is_some_and(|r| r.first().is_some_and(u8::is_ascii_whitespace))
 }
 
 /// Whether the bytes are textual LLVM IR, decided by the module's first top-level entity: after
@@ -284,13 +344,33 @@ pub fn classify(bytes: &[u8]) -> Result<ImageKind> {
         }
         return Ok(ImageKind::Bitcode { wrapped: true });
     }
-    if (bytes.len() < 4 || bytes[..4] != ELF_MAGIC) && looks_like_llvm_ir(bytes) {
-        return Ok(ImageKind::LlvmIr);
+    if bytes.starts_with(&OFFLOAD_BINARY_MAGIC) {
+        return Ok(ImageKind::OffloadBinary);
+    }
+    if bytes.starts_with(OFFLOAD_BUNDLE_MAGIC) {
+        return Ok(ImageKind::OffloadBundle);
+    }
+    if bytes.starts_with(COMPRESSED_BUNDLE_MAGIC) {
+        return Err(Error::InvalidImage(
+            "compressed clang offload bundle (magic 'CCOB'): not supported; bundle without \
+             -compress, or unbundle it with clang-offload-bundler -unbundle"
+                .into(),
+        ));
+    }
+    if bytes.starts_with(&CUDA_FATBIN_MAGIC) {
+        return Ok(ImageKind::CudaFatbin);
     }
     if bytes.len() < 4 || bytes[..4] != ELF_MAGIC {
+        if looks_like_llvm_ir(bytes) {
+            return Ok(ImageKind::LlvmIr);
+        }
+        if looks_like_ptx(bytes) {
+            return Ok(ImageKind::Ptx);
+        }
         return Err(Error::InvalidImage(format!(
-            "unknown image format: first bytes are [{}], expected ELF (7f 45 4c 46) or LLVM bitcode \
-             (42 43 c0 de, or wrapper de c0 17 0b)",
+            "unknown image format: first bytes are [{}], expected ELF (7f 45 4c 46), LLVM bitcode \
+             (42 43 c0 de, or wrapper de c0 17 0b), textual LLVM IR, PTX text, a CUDA fatbin \
+             (50 ed 55 ba), an LLVM offload binary (10 ff 10 ad) or a clang offload bundle",
             hex_prefix(bytes)
         )));
     }
@@ -364,23 +444,28 @@ pub struct ElfRequirements<'a> {
 }
 
 impl ElfInfo {
-    /// Checks the header against a plugin's requirements: 64-bit, host byte order, machine and
-    /// type. The error names the field and both values.
-    pub fn require(&self, req: &ElfRequirements<'_>) -> Result<()> {
+    /// Checks that the image is 64-bit and in the host's byte order (what every plugin here
+    /// reads). The error names the field and both values.
+    pub fn require_layout(&self, plugin: &str) -> Result<()> {
         if self.class != ElfClass::Elf64 {
             return Err(Error::InvalidImage(format!(
-                "ELF class is ELFCLASS32 (EI_CLASS, offset 4); the {} plugin loads only ELFCLASS64 images",
-                req.plugin
+                "ELF class is ELFCLASS32 (EI_CLASS, offset 4); the {plugin} plugin loads only ELFCLASS64 images"
             )));
         }
         if self.endian != ElfEndian::host() {
             return Err(Error::InvalidImage(format!(
-                "ELF data encoding is {} (EI_DATA, offset 5); the {} plugin needs {}",
+                "ELF data encoding is {} (EI_DATA, offset 5); the {plugin} plugin needs {}",
                 self.endian,
-                req.plugin,
                 ElfEndian::host()
             )));
         }
+        Ok(())
+    }
+
+    /// Checks the header against a plugin's requirements: 64-bit, host byte order, machine and
+    /// type. The error names the field and both values.
+    pub fn require(&self, req: &ElfRequirements<'_>) -> Result<()> {
+        self.require_layout(req.plugin)?;
         if self.machine != req.machine {
             return Err(Error::InvalidImage(format!(
                 "ELF machine is {} (e_machine, offset 18); the {} plugin serves {}",
@@ -437,6 +522,13 @@ impl ElfImage {
             ImageKind::Bitcode { .. } | ImageKind::LlvmIr => {
                 return Err(Error::InvalidImage(format!(
                     "image is LLVM bitcode/IR; the {} plugin has no JIT engine and loads only native ELF",
+                    req.plugin
+                )));
+            }
+            other => {
+                return Err(Error::InvalidImage(format!(
+                    "image is a {}; the {} plugin loads native ELF here",
+                    other.describe(),
                     req.plugin
                 )));
             }

@@ -22,6 +22,7 @@
 
 pub mod abi;
 pub mod bitcode;
+pub mod container;
 pub mod env;
 pub mod error;
 pub mod image;
@@ -34,6 +35,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use image::{ElfImage, ElfInfo, ElfRequirements, ImageKind, classify};
 pub use traits::{GenericDevice, GenericPlugin};
 pub use types::{
-    DeviceInfo, DeviceLimits, DevicePtr, GlobalSymbol, JitStats, KernelArg, KernelHandle,
-    LaunchDims, MemoryKind, ProgramHandle, QueueHandle, ScalarType,
+    DeviceInfo, DeviceLimits, DevicePtr, EventHandle, GlobalSymbol, ImageClaim, JitStats,
+    KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, ScalarType,
 };

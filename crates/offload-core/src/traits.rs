@@ -10,8 +10,8 @@
 use crate::error::Result;
 use crate::jit::JitService;
 use crate::types::{
-    DeviceInfo, DevicePtr, GlobalSymbol, JitStats, KernelArg, KernelHandle, LaunchDims, MemoryKind,
-    ProgramHandle, QueueHandle,
+    DeviceInfo, DevicePtr, EventHandle, GlobalSymbol, ImageClaim, JitStats, KernelArg,
+    KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle,
 };
 use std::sync::Arc;
 
@@ -36,6 +36,19 @@ pub trait GenericPlugin: Send + Sync {
 
     /// Whether this plugin can load `image` on some device; the error says why not.
     fn check_image(&self, image: &[u8]) -> Result<()>;
+
+    /// The image kinds this plugin serves. The default: ELF of its machine and bitcode for its
+    /// triple.
+    fn image_claims(&self) -> Vec<ImageClaim> {
+        vec![
+            ImageClaim::Elf {
+                machine: self.elf_machine(),
+            },
+            ImageClaim::Bitcode {
+                triple: self.target_triple().to_string(),
+            },
+        ]
+    }
 
     /// Device `index` (`0..init()`). The ABI layer checks the range before calling.
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>>;
@@ -145,6 +158,46 @@ pub trait GenericDevice: Send + Sync {
 
     /// Waits for the queue to drain, then destroys it.
     fn queue_destroy(&self, queue: QueueHandle) -> Result<()>;
+
+    /// Creates an event (not yet recorded: waiting for it returns at once).
+    fn event_create(&self) -> Result<EventHandle> {
+        Err(unsupported("events"))
+    }
+
+    /// Records `event` on `queue`: it completes when everything enqueued before it has.
+    fn event_record(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        let _ = (event, queue);
+        Err(unsupported("events"))
+    }
+
+    /// Makes `queue` wait, before its later work, until `event` completes.
+    fn event_wait(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        let _ = (event, queue);
+        Err(unsupported("events"))
+    }
+
+    /// Waits on the calling thread until `event` completes; returns the error of the work it
+    /// followed, if that failed.
+    fn event_synchronize(&self, event: EventHandle) -> Result<()> {
+        let _ = event;
+        Err(unsupported("events"))
+    }
+
+    /// Whether `event` has completed.
+    fn event_query(&self, event: EventHandle) -> Result<bool> {
+        let _ = event;
+        Err(unsupported("events"))
+    }
+
+    /// Destroys an event.
+    fn event_destroy(&self, event: EventHandle) -> Result<()> {
+        let _ = event;
+        Err(unsupported("events"))
+    }
+}
+
+fn unsupported(what: &str) -> crate::Error {
+    crate::Error::Unsupported(format!("this device does not support {what}"))
 }
 
 impl dyn GenericDevice {

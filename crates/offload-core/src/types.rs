@@ -48,6 +48,70 @@ handle!(
     /// An in-order stream of copies and launches on one device.
     QueueHandle
 );
+handle!(
+    /// A point in a queue's work: recorded on one queue, waited for by another queue or by
+    /// the host.
+    EventHandle
+);
+
+/// A kind of image a plugin serves: routing asks the plugins that claim an image's kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageClaim {
+    /// Native ELF images of this machine (`e_machine`).
+    Elf {
+        /// `e_machine`
+        machine: u16,
+    },
+    /// LLVM bitcode and IR for this triple (compiled by the JIT).
+    Bitcode {
+        /// The target triple.
+        triple: String,
+    },
+    /// PTX text.
+    Ptx,
+    /// CUDA fat binaries.
+    CudaFatbin,
+}
+
+impl ImageClaim {
+    /// One line of the ABI's claim list (`elf:62`, `bitcode:<triple>`, `ptx`, `fatbin`).
+    pub fn to_text(&self) -> String {
+        match self {
+            ImageClaim::Elf { machine } => format!("elf:{machine}"),
+            ImageClaim::Bitcode { triple } => format!("bitcode:{triple}"),
+            ImageClaim::Ptx => "ptx".into(),
+            ImageClaim::CudaFatbin => "fatbin".into(),
+        }
+    }
+
+    /// Parses [`ImageClaim::to_text`]; `None` for a claim this runtime does not know.
+    pub fn from_text(text: &str) -> Option<Self> {
+        let text = text.trim();
+        if let Some(m) = text.strip_prefix("elf:") {
+            return m.parse().ok().map(|machine| ImageClaim::Elf { machine });
+        }
+        if let Some(t) = text.strip_prefix("bitcode:") {
+            return Some(ImageClaim::Bitcode { triple: t.into() });
+        }
+        match text {
+            "ptx" => Some(ImageClaim::Ptx),
+            "fatbin" => Some(ImageClaim::CudaFatbin),
+            _ => None,
+        }
+    }
+
+    /// For messages: `ELF EM_X86_64 (62)`, `bitcode for x86_64-unknown-linux-gnu`.
+    pub fn describe(&self) -> String {
+        match self {
+            ImageClaim::Elf { machine } => {
+                format!("ELF {}", crate::image::machine::describe(*machine))
+            }
+            ImageClaim::Bitcode { triple } => format!("bitcode/IR for {triple}"),
+            ImageClaim::Ptx => "PTX text".into(),
+            ImageClaim::CudaFatbin => "CUDA fatbins".into(),
+        }
+    }
+}
 
 /// Grid and block sizes of a launch, in CUDA's terms (blocks per grid, threads per block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,7 +24,9 @@ pub use discovery::{
     ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs,
 };
 pub use offload_core::{
-    DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, KernelArg, KernelHandle,
-    LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
+    DeviceInfo, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, KernelArg,
+    KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
-pub use runtime::{Device, DeviceBuffer, PluginSlot, PluginStatus, Program, Runtime, jit_client};
+pub use runtime::{
+    Device, DeviceBuffer, Kernel, PluginSlot, PluginStatus, Program, Runtime, jit_client,
+};

@@ -266,12 +266,26 @@ impl Runtime {
 
     /// Picks the plugin and device for an image. Native ELF goes by ELF machine, then the
     /// plugin's and each device's own compatibility check; LLVM bitcode and IR go to the first
-    /// plugin whose JIT engine compiles the module's triple. The first device that accepts the
-    /// image wins.
+    /// plugin that compiles the module's triple; PTX, CUDA fatbins and containers (offload
+    /// binaries, offload bundles, and ELF files holding them) to the first plugin with a device
+    /// that can run them (for a container: some entry of it). The first device that accepts
+    /// the image wins.
     pub fn route(&self, image: &[u8]) -> Result<Device> {
+        if let Some(c) = offload_core::container::parse(image)? {
+            let what = format!(
+                "runs this {} ({} image{})",
+                c.format,
+                c.entries.len(),
+                if c.entries.len() == 1 { "" } else { "s" }
+            );
+            return self.route_by_asking(image, &what);
+        }
         let info = match classify(image)? {
             ImageKind::Elf(info) => info,
             ImageKind::Bitcode { .. } | ImageKind::LlvmIr => return self.route_jit_input(image),
+            other => {
+                return self.route_by_asking(image, &format!("runs this {}", other.describe()));
+            }
         };
         let serving: Vec<&PluginSlot> = self
             .slots
@@ -320,6 +334,26 @@ impl Runtime {
         Err(first_error.expect("at least one plugin was tried"))
     }
 
+    /// Asks every loaded plugin in turn; the error (`no loaded plugin {what} (...)`) lists
+    /// each one's reason.
+    fn route_by_asking(&self, image: &[u8], what: &str) -> Result<Device> {
+        let mut reasons = Vec::new();
+        for slot in self.slots.iter().filter(|s| s.plugin().is_some()) {
+            match slot.pick_device(image) {
+                Ok(device) => return Ok(device),
+                Err(e) => reasons.push(format!("{}: {}", slot.name, e.message())),
+            }
+        }
+        Err(Error::Unsupported(format!(
+            "no loaded plugin {what} ({})",
+            if reasons.is_empty() {
+                "no plugin loaded".to_string()
+            } else {
+                reasons.join("; ")
+            }
+        )))
+    }
+
     fn route_jit_input(&self, image: &[u8]) -> Result<Device> {
         // Read without LLVM: routing never maps libLLVM, and a malformed module fails here.
         let triple = offload_core::bitcode::module_triple(image)?;
@@ -331,21 +365,7 @@ impl Runtime {
                     .into(),
             ));
         }
-        let mut reasons = Vec::new();
-        for slot in self.slots.iter().filter(|s| s.plugin().is_some()) {
-            match slot.pick_device(image) {
-                Ok(device) => return Ok(device),
-                Err(e) => reasons.push(format!("{}: {}", slot.name, e.message())),
-            }
-        }
-        Err(Error::Unsupported(format!(
-            "no loaded plugin compiles this LLVM bitcode/IR ({})",
-            if reasons.is_empty() {
-                "no plugin loaded".to_string()
-            } else {
-                reasons.join("; ")
-            }
-        )))
+        self.route_by_asking(image, "compiles this LLVM bitcode/IR")
     }
 }
 
@@ -398,6 +418,11 @@ impl std::fmt::Display for Device {
 }
 
 impl Device {
+    /// Identifies the device object (for binding kernels to their program's device).
+    fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as *const () as usize
+    }
+
     /// The plugin's name.
     pub fn plugin_name(&self) -> &str {
         &self.plugin
@@ -456,19 +481,48 @@ impl Program {
         self.handle
     }
 
-    /// Looks up a kernel.
-    pub fn kernel(&self, name: &str) -> Result<KernelHandle> {
-        self.device.inner.kernel(self.handle, name)
+    /// Looks up a kernel. The [`Kernel`] is bound to this program: launching it through
+    /// another program is an error.
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        Ok(Kernel {
+            handle: self.device.inner.kernel(self.handle, name)?,
+            program: self.handle,
+            device: self.device.identity(),
+        })
     }
 
-    /// Launches a kernel synchronously.
-    pub fn launch(
-        &self,
-        kernel: KernelHandle,
-        dims: &LaunchDims,
-        args: &[KernelArg],
-    ) -> Result<()> {
-        self.device.inner.launch(kernel, dims, args, None)
+    /// Launches a kernel of this program synchronously.
+    pub fn launch(&self, kernel: Kernel, dims: &LaunchDims, args: &[KernelArg]) -> Result<()> {
+        if kernel.program != self.handle || kernel.device != self.device.identity() {
+            return Err(Error::InvalidArgument(format!(
+                "kernel {:#x} belongs to program {:#x}{}, not to program {:#x} on {}",
+                kernel.handle.0,
+                kernel.program.0,
+                if kernel.device == self.device.identity() {
+                    String::new()
+                } else {
+                    " of another device".to_string()
+                },
+                self.handle.0,
+                self.device
+            )));
+        }
+        self.device.inner.launch(kernel.handle, dims, args, None)
+    }
+}
+
+/// A kernel of a [`Program`], bound to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kernel {
+    handle: KernelHandle,
+    program: ProgramHandle,
+    device: usize,
+}
+
+impl Kernel {
+    /// The plugin's handle (for the raw device API: queues, events).
+    pub fn handle(&self) -> KernelHandle {
+        self.handle
     }
 }
 

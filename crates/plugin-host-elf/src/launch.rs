@@ -1,11 +1,9 @@
 //! Running a kernel on the host: the SPMD loop over work items and the C-ABI call of each.
 
-use crate::program::Program;
 use libffi::middle::{Cif, Type};
 use offload_core::{KernelArg, LaunchDims};
 use rayon::prelude::*;
 use std::ffi::c_void;
-use std::sync::Arc;
 
 /// The work-item context `include/offload_kernel.h` reads on the host (`offload_host_context`).
 /// The layout is a contract with the header. One per worker thread, owned by the plugin (which
@@ -57,7 +55,8 @@ union Slot {
 
 /// A kernel call prepared once per launch and made once per work item.
 pub struct PreparedCall {
-    program: Arc<Program>,
+    /// Whether the image reads the work-item context (kernels that include the header do).
+    has_context: bool,
     func: unsafe extern "C" fn(),
     cif: Cif,
     slots: Box<[Slot]>,
@@ -73,16 +72,16 @@ impl std::fmt::Debug for PreparedCall {
 
 // SAFETY: after construction nothing mutates the CIF or the slots; `ffi_call` only reads
 // them, so sharing across worker threads is sound. The function pointer stays valid because
-// `program` (an `Arc`) keeps the image loaded.
+// the generic layer keeps the program loaded until the launch has run.
 unsafe impl Send for PreparedCall {}
 // SAFETY: see `Send`.
 unsafe impl Sync for PreparedCall {}
 
 impl PreparedCall {
     /// # Safety
-    /// `func` must be a function of `program` whose C signature matches `args` in number and
-    /// type, returning `void`.
-    pub unsafe fn new(program: Arc<Program>, func: *mut c_void, args: &[KernelArg]) -> Self {
+    /// `func` must be a function of a loaded image that stays loaded while the call is used,
+    /// whose C signature matches `args` in number and type, returning `void`.
+    pub unsafe fn new(has_context: bool, func: *mut c_void, args: &[KernelArg]) -> Self {
         let mut types = Vec::with_capacity(args.len());
         let mut slots = Vec::with_capacity(args.len());
         for a in args {
@@ -106,7 +105,7 @@ impl PreparedCall {
         // SAFETY: `func` is a non-null function address from dlsym (guaranteed by the caller).
         let func: unsafe extern "C" fn() = unsafe { std::mem::transmute(func) };
         PreparedCall {
-            program,
+            has_context,
             func,
             cif: Cif::new(types, Type::void()),
             slots: slots.into_boxed_slice(),
@@ -169,7 +168,7 @@ impl PreparedCall {
 
     /// This thread's context, if the image reads one.
     fn context(&self) -> Option<*mut HostContext> {
-        self.program.has_context.then(|| CONTEXT.with(|c| c.get()))
+        self.has_context.then(|| CONTEXT.with(|c| c.get()))
     }
 
     /// Runs the whole grid: blocks spread over `pool`, or inline when there is one block.

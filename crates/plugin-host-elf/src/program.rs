@@ -11,7 +11,6 @@
 use offload_core::{ElfImage, Error, Result};
 use std::ffi::{CStr, CString, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Process-wide unique program ids (never reused): memfd names.
@@ -30,8 +29,6 @@ pub struct Program {
     pub image: ElfImage,
     /// Whether the image defines the work-item context (kernels that include the header do).
     pub has_context: bool,
-    /// The JIT output this program was loaded from (its kernels' signatures check launches).
-    pub jit_image: Option<Arc<offload_core::jit::CompiledImage>>,
 }
 
 // SAFETY: the dlopen handle may be used from any thread (the dynamic loader is thread-safe);
@@ -104,7 +101,6 @@ impl Program {
             path,
             image,
             has_context,
-            jit_image: None,
         })
     }
 

@@ -1,26 +1,32 @@
 //! # testdev: the smallest complete offload backend
 //!
-//! Serves ELF machine [`TESTDEV_MACHINE`] (a number no real architecture uses). Its "devices"
-//! keep memory in host vectors at made-up addresses and "run" every kernel the same way: for
-//! each work item `i` of the launch (in linear order, `i < G·B`), element `i` of the first
-//! pointer argument, as a `u32`, becomes `base + i`, where `base` is the first `i32`/`u32`
-//! argument (0 if none). A kernel named `panic` panics, to test that the ABI layer catches it.
+//! A crate of hooks on the generic device layer (`plugin-common`). Serves ELF machine
+//! [`TESTDEV_MACHINE`] (a number no real architecture uses). Its "devices" keep memory in host
+//! vectors at made-up addresses and "run" every kernel the same way: for each work item `i` of
+//! the launch (in linear order, `i < G·B`), element `i` of the first pointer argument, as a
+//! `u32`, becomes `base + i`, where `base` is the first `i32`/`u32` argument (0 if none). A
+//! kernel named `panic` panics, to test that panics are caught (on the caller's thread, and on
+//! a queue, which then fails).
 //!
 //! `OFFLOAD_TESTDEV_MODE` damages the plugin on purpose, for the runtime's ABI tests:
-//! `bad-magic`, `bad-major`, `short-table`, `abi-1.0` (a valid table of the oldest minor
-//! version, without later entries), `null-entry` (entry returns null), `panic-entry`
-//! (the constructor panics), `init-error` (init fails), `no-devices` (init reports 0).
-//! `OFFLOAD_TESTDEV_DEVICES` sets the device count (default 2).
+//! `bad-magic`, `bad-major`, `short-table` (table_size below 1.0), `abi-1.0` and `abi-1.1`
+//! (genuinely shorter tables of older minor versions, ending at a guard page so that a read
+//! past them faults), `null-entry` (entry returns null), `null-launch` and `null-jit-stats`
+//! (a required entry is null), `panic-entry` (the constructor panics), `init-error` (init
+//! fails), `no-devices` (init reports 0). `OFFLOAD_TESTDEV_DEVICES` sets the device count
+//! (default 2).
 
-use offload_core::image::{ElfRequirements, elf_type};
+use offload_core::abi::{AbiHeader, PluginTable, TABLE_SIZE_1_0, TABLE_SIZE_1_1};
+use offload_core::image::{ElfRequirements, ImageKind, elf_type};
+use offload_core::jit::ParamType;
 use offload_core::{
-    DeviceInfo, DeviceLimits, DevicePtr, ElfImage, Error, GenericDevice, GenericPlugin,
-    GlobalSymbol, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle,
-    Result,
+    DeviceInfo, DeviceLimits, DevicePtr, ElfImage, Error, GlobalSymbol, ImageClaim, KernelArg,
+    MemoryKind, Result,
 };
-use std::collections::{BTreeMap, HashMap};
+use offload_plugin_common::{Backend, DeviceBackend, Op, Plugin};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// The ELF machine testdev serves ("TEST" in spirit).
 pub const TESTDEV_MACHINE: u16 = 0x7E57;
@@ -38,19 +44,24 @@ fn mode() -> String {
 }
 
 #[derive(Debug, Default)]
-struct TestPlugin {
-    devices: OnceLock<Vec<Arc<TestDevice>>>,
-}
+struct TestBackend;
 
-impl GenericPlugin for TestPlugin {
-    fn name(&self) -> &str {
+impl Backend for TestBackend {
+    type Device = TestDevice;
+
+    fn name(&self) -> &'static str {
         "testdev"
     }
     fn elf_machine(&self) -> u16 {
         TESTDEV_MACHINE
     }
-    fn target_triple(&self) -> &str {
+    fn target_triple(&self) -> &'static str {
         "testdev-unknown-none"
+    }
+    fn claims(&self) -> Vec<ImageClaim> {
+        vec![ImageClaim::Elf {
+            machine: TESTDEV_MACHINE,
+        }]
     }
     fn init(&self) -> Result<usize> {
         match mode().as_str() {
@@ -64,21 +75,17 @@ impl GenericPlugin for TestPlugin {
             "no-devices" => return Ok(0),
             _ => {}
         }
-        let n = offload_core::env::u32_in_range(&["OFFLOAD_TESTDEV_DEVICES"], 0, 16, 2)?;
-        Ok(self
-            .devices
-            .get_or_init(|| {
-                (0..n as usize)
-                    .map(|i| Arc::new(TestDevice::new(i)))
-                    .collect()
-            })
-            .len())
+        Ok(offload_core::env::u32_in_range(&["OFFLOAD_TESTDEV_DEVICES"], 0, 16, 2)? as usize)
     }
-    fn check_image(&self, image: &[u8]) -> Result<()> {
+    fn device(&self, index: usize) -> Result<TestDevice> {
+        Ok(TestDevice {
+            index,
+            next: AtomicU64::new(1),
+            memory: Mutex::default(),
+        })
+    }
+    fn check_native(&self, image: &[u8], _kind: &ImageKind) -> Result<()> {
         ElfImage::parse(image, &requirements()).map(|_| ())
-    }
-    fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {
-        Ok(self.devices.get().expect("init ran")[index].clone())
     }
 }
 
@@ -86,25 +93,13 @@ impl GenericPlugin for TestPlugin {
 struct TestDevice {
     index: usize,
     next: AtomicU64,
-    programs: Mutex<HashMap<u64, ElfImage>>,
-    kernels: Mutex<HashMap<u64, String>>,
     memory: Mutex<BTreeMap<u64, Vec<u8>>>,
 }
 
 impl TestDevice {
-    fn new(index: usize) -> Self {
-        TestDevice {
-            index,
-            next: AtomicU64::new(1),
-            programs: Mutex::default(),
-            kernels: Mutex::default(),
-            memory: Mutex::default(),
-        }
-    }
-
     /// Runs `f` on the bytes `[ptr, ptr + len)` of the allocation containing them.
     fn with_range<T>(&self, ptr: DevicePtr, len: u64, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
-        let mut mem = self.memory.lock().unwrap();
+        let mut mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
         let (&start, buf) = mem
             .range_mut(..=ptr.0)
             .next_back()
@@ -119,10 +114,11 @@ impl TestDevice {
     }
 }
 
-impl GenericDevice for TestDevice {
-    fn index(&self) -> usize {
-        self.index
-    }
+impl DeviceBackend for TestDevice {
+    type Program = ElfImage;
+    type Kernel = String;
+    type Stream = ();
+
     fn info(&self) -> Result<DeviceInfo> {
         Ok(DeviceInfo {
             name: format!("testdev virtual device {}", self.index),
@@ -138,38 +134,21 @@ impl GenericDevice for TestDevice {
             },
         })
     }
-    fn check_image(&self, image: &[u8]) -> Result<()> {
+    fn check_native(&self, image: &[u8], _kind: &ImageKind) -> Result<()> {
         ElfImage::parse(image, &requirements()).map(|_| ())
     }
-    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
-        let parsed = ElfImage::parse(image, &requirements())?;
-        let h = self.next.fetch_add(1, Ordering::Relaxed);
-        self.programs.lock().unwrap().insert(h, parsed);
-        Ok(ProgramHandle(h))
+    fn load(&self, image: &[u8], _kind: &ImageKind) -> Result<ElfImage> {
+        ElfImage::parse(image, &requirements())
     }
-    fn unload_image(&self, program: ProgramHandle) -> Result<()> {
-        self.programs
-            .lock()
-            .unwrap()
-            .remove(&program.0)
-            .map(|_| ())
-            .ok_or_else(|| Error::NotFound(format!("testdev program {}", program.0)))
-    }
-    fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
-        let programs = self.programs.lock().unwrap();
-        let image = programs
-            .get(&program.0)
-            .ok_or_else(|| Error::NotFound(format!("testdev program {}", program.0)))?;
+    fn kernel(&self, image: &ElfImage, name: &str) -> Result<(String, Option<Vec<ParamType>>)> {
         if !image.symbol(name).is_some_and(|s| s.is_function) {
             return Err(Error::NotFound(format!(
                 "kernel '{name}' is not in the testdev image"
             )));
         }
-        let h = self.next.fetch_add(1, Ordering::Relaxed);
-        self.kernels.lock().unwrap().insert(h, name.to_string());
-        Ok(KernelHandle(h))
+        Ok((name.to_string(), None))
     }
-    fn global(&self, _program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
+    fn global(&self, _image: &ElfImage, name: &str) -> Result<GlobalSymbol> {
         Err(Error::Unsupported(format!(
             "testdev has no globals ('{name}')"
         )))
@@ -177,140 +156,140 @@ impl GenericDevice for TestDevice {
     fn alloc(&self, size: u64, _kind: MemoryKind) -> Result<DevicePtr> {
         // Addresses are spaced 1 GiB apart so that out-of-bounds offsets never alias.
         let addr = self.next.fetch_add(1, Ordering::Relaxed) << 30;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(size as usize)
+            .map_err(|_| Error::OutOfMemory(format!("testdev: {size} bytes")))?;
+        buf.resize(size as usize, 0);
         self.memory
             .lock()
-            .unwrap()
-            .insert(addr, vec![0; size as usize]);
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(addr, buf);
         Ok(DevicePtr(addr))
     }
-    fn free(&self, ptr: DevicePtr) -> Result<()> {
+    fn free(&self, ptr: DevicePtr, _size: u64) {
         self.memory
             .lock()
-            .unwrap()
-            .remove(&ptr.0)
-            .map(|_| ())
-            .ok_or_else(|| Error::InvalidArgument(format!("testdev: free of unallocated {ptr}")))
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&ptr.0);
     }
-    unsafe fn copy_to_device(
-        &self,
-        dst: DevicePtr,
-        src: *const u8,
-        len: usize,
-        _q: Option<QueueHandle>,
-    ) -> Result<()> {
-        // SAFETY: `src` is valid for `len` bytes by the trait contract.
-        let src = unsafe { std::slice::from_raw_parts(src, len) };
-        self.with_range(dst, len as u64, |d| d.copy_from_slice(src))
+    fn stream_create(&self) -> Result<()> {
+        Ok(())
     }
-    unsafe fn copy_from_device(
-        &self,
-        dst: *mut u8,
-        src: DevicePtr,
-        len: usize,
-        _q: Option<QueueHandle>,
-    ) -> Result<()> {
-        // SAFETY: `dst` is valid for `len` bytes by the trait contract.
-        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-        self.with_range(src, len as u64, |s| dst.copy_from_slice(s))
-    }
-    fn copy_device_to_device(
-        &self,
-        dst: DevicePtr,
-        src: DevicePtr,
-        len: u64,
-        _q: Option<QueueHandle>,
-    ) -> Result<()> {
-        let data = self.with_range(src, len, |s| s.to_vec())?;
-        self.with_range(dst, len, |d| d.copy_from_slice(&data))
-    }
-    fn launch(
-        &self,
-        kernel: KernelHandle,
-        dims: &LaunchDims,
-        args: &[KernelArg],
-        _q: Option<QueueHandle>,
-    ) -> Result<()> {
-        let name = self
-            .kernels
-            .lock()
-            .unwrap()
-            .get(&kernel.0)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("testdev kernel {}", kernel.0)))?;
-        if name == "panic" {
-            panic!("testdev kernel 'panic' was launched");
-        }
-        let base = args
-            .iter()
-            .find_map(|a| match a {
-                KernelArg::I32(v) => Some(*v as u32),
-                KernelArg::U32(v) => Some(*v),
-                _ => None,
-            })
-            .unwrap_or(0);
-        let Some(out) = args.iter().find_map(|a| match a {
-            KernelArg::Ptr(p) => Some(*p),
-            _ => None,
-        }) else {
-            return Ok(());
-        };
-        let items = dims.blocks() * dims.threads_per_block();
-        self.with_range(out, items * 4, |d| {
-            for (i, chunk) in d.chunks_exact_mut(4).enumerate() {
-                chunk.copy_from_slice(&base.wrapping_add(i as u32).to_le_bytes());
+    fn execute(&self, op: Op<'_, Self>, _stream: Option<&()>) -> Result<()> {
+        match op {
+            Op::CopyToDevice { dst, src, len } => {
+                // SAFETY: `src` is valid for `len` bytes by the `copy_to_device` contract.
+                let src = unsafe { std::slice::from_raw_parts(src.0 as *const u8, len) };
+                self.with_range(dst, len as u64, |d| d.copy_from_slice(src))
             }
-        })
-    }
-    fn queue_create(&self) -> Result<QueueHandle> {
-        Ok(QueueHandle(self.next.fetch_add(1, Ordering::Relaxed)))
-    }
-    fn queue_synchronize(&self, _queue: QueueHandle) -> Result<()> {
-        Ok(())
-    }
-    fn queue_destroy(&self, _queue: QueueHandle) -> Result<()> {
-        Ok(())
+            Op::CopyFromDevice { dst, src, len } => {
+                // SAFETY: `dst` is valid for `len` bytes by the `copy_from_device` contract.
+                let dst = unsafe { std::slice::from_raw_parts_mut(dst.0, len) };
+                self.with_range(src, len as u64, |s| dst.copy_from_slice(s))
+            }
+            Op::CopyDeviceToDevice { dst, src, len } => {
+                let data = self.with_range(src, len, |s| s.to_vec())?;
+                self.with_range(dst, len, |d| d.copy_from_slice(&data))
+            }
+            Op::Launch {
+                kernel, dims, args, ..
+            } => {
+                if kernel == "panic" {
+                    panic!("testdev kernel 'panic' was launched");
+                }
+                let base = args
+                    .iter()
+                    .find_map(|a| match a {
+                        KernelArg::I32(v) => Some(*v as u32),
+                        KernelArg::U32(v) => Some(*v),
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                let Some(out) = args.iter().find_map(|a| match a {
+                    KernelArg::Ptr(p) => Some(*p),
+                    _ => None,
+                }) else {
+                    return Ok(());
+                };
+                let items = dims.blocks() * dims.threads_per_block();
+                self.with_range(out, items * 4, |d| {
+                    for (i, chunk) in d.chunks_exact_mut(4).enumerate() {
+                        chunk.copy_from_slice(&base.wrapping_add(i as u32).to_le_bytes());
+                    }
+                })
+            }
+        }
     }
 }
 
-/// The entry symbol, written by hand (instead of `export_plugin!`) so that the tests can
+/// A copy of the first `size` bytes of `table` placed so that it ends exactly at a page that
+/// cannot be read: a runtime that reads past the size the table declares faults.
+fn guarded_copy(table: &PluginTable, size: usize, minor: u16) -> *const PluginTable {
+    // SAFETY: sysconf has no preconditions; mmap of fresh anonymous memory; the copy stays
+    // inside the first page (size < page size) and the second page is made inaccessible.
+    unsafe {
+        let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+        assert!(size <= page);
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            2 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if base == libc::MAP_FAILED {
+            return std::ptr::null();
+        }
+        let start = (base as *mut u8).add(page - size);
+        std::ptr::copy_nonoverlapping(table as *const PluginTable as *const u8, start, size);
+        let header = start as *mut AbiHeader;
+        (*header).abi_minor = minor;
+        (*header).table_size = size as u32;
+        libc::mprotect((base as *mut u8).add(page).cast(), page, libc::PROT_NONE);
+        start as *const PluginTable
+    }
+}
+
+/// The entry symbol, written by hand (instead of `export_backend!`) so that the tests can
 /// damage the table the way a broken or foreign plugin would.
 #[unsafe(no_mangle)]
-pub extern "C" fn offload_plugin_entry() -> *const offload_core::abi::PluginTable {
-    static TABLE: Mutex<Option<&'static offload_core::abi::PluginTable>> = Mutex::new(None);
+pub extern "C" fn offload_plugin_entry() -> *const PluginTable {
+    static TABLE: Mutex<Option<&'static PluginTable>> = Mutex::new(None);
     let table = offload_core::abi::export::entry(&TABLE, || {
         if mode() == "panic-entry" {
             panic!("testdev constructor panics (OFFLOAD_TESTDEV_MODE=panic-entry)");
         }
-        Box::new(TestPlugin::default())
+        Box::new(Plugin::new(TestBackend))
     });
     if table.is_null() {
         return table;
     }
     // SAFETY: a non-null table from `entry` is a valid, static table.
     let good = unsafe { &*table };
-    let damaged = |f: &dyn Fn(&mut offload_core::abi::AbiHeader)| {
-        let mut copy = offload_core::abi::PluginTable {
+    let damaged = |f: &dyn Fn(&mut PluginTable)| {
+        let mut copy = PluginTable {
             header: clone_header(&good.header),
             ..*good
         };
-        f(&mut copy.header);
+        f(&mut copy);
         Box::leak(Box::new(copy)) as *const _
     };
     match mode().as_str() {
-        "bad-magic" => damaged(&|h| h.magic = u64::from_le_bytes(*b"NOTAPLUG")),
-        "bad-major" => damaged(&|h| h.abi_major += 1),
-        "short-table" => damaged(&|h| h.table_size = 64),
-        "abi-1.0" => damaged(&|h| {
-            h.abi_minor = 0;
-            h.table_size = offload_core::abi::TABLE_SIZE_1_0 as u32;
-        }),
+        "bad-magic" => damaged(&|t| t.header.magic = u64::from_le_bytes(*b"NOTAPLUG")),
+        "bad-major" => damaged(&|t| t.header.abi_major += 1),
+        "short-table" => damaged(&|t| t.header.table_size = 64),
+        "null-launch" => damaged(&|t| t.launch = None),
+        "null-jit-stats" => damaged(&|t| t.jit_stats = None),
+        "abi-1.0" => guarded_copy(good, TABLE_SIZE_1_0, 0),
+        "abi-1.1" => guarded_copy(good, TABLE_SIZE_1_1, 1),
         "null-entry" => std::ptr::null(),
         _ => table,
     }
 }
 
-fn clone_header(h: &offload_core::abi::AbiHeader) -> offload_core::abi::AbiHeader {
-    offload_core::abi::AbiHeader {
+fn clone_header(h: &AbiHeader) -> AbiHeader {
+    AbiHeader {
         magic: h.magic,
         abi_major: h.abi_major,
         abi_minor: h.abi_minor,

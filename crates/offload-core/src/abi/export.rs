@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 use crate::jit::{CompileRequest, JitOutput, JitService};
 use crate::traits::{GenericDevice, GenericPlugin};
 use crate::types::{
-    DeviceInfo, DevicePtr, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle,
-    QueueHandle,
+    DeviceInfo, DevicePtr, EventHandle, KernelArg, KernelHandle, LaunchDims, MemoryKind,
+    ProgramHandle, QueueHandle,
 };
 use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -152,25 +152,32 @@ pub fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
     Box::leak(Box::new(PluginTable {
         header,
         ctx: state as *const Exported as Ctx,
-        init: abi_init,
-        check_image: abi_check_image,
-        device_check_image: abi_device_check_image,
-        device_info: abi_device_info,
-        load_image: abi_load_image,
-        unload_image: abi_unload_image,
-        get_kernel: abi_get_kernel,
-        get_global: abi_get_global,
-        alloc: abi_alloc,
-        free: abi_free,
-        copy_to_device: abi_copy_to_device,
-        copy_from_device: abi_copy_from_device,
-        copy_device_to_device: abi_copy_device_to_device,
-        launch: abi_launch,
-        queue_create: abi_queue_create,
-        queue_synchronize: abi_queue_synchronize,
-        queue_destroy: abi_queue_destroy,
-        jit_stats: abi_jit_stats,
-        set_jit_service: abi_set_jit_service,
+        init: Some(abi_init),
+        check_image: Some(abi_check_image),
+        device_check_image: Some(abi_device_check_image),
+        device_info: Some(abi_device_info),
+        load_image: Some(abi_load_image),
+        unload_image: Some(abi_unload_image),
+        get_kernel: Some(abi_get_kernel),
+        get_global: Some(abi_get_global),
+        alloc: Some(abi_alloc),
+        free: Some(abi_free),
+        copy_to_device: Some(abi_copy_to_device),
+        copy_from_device: Some(abi_copy_from_device),
+        copy_device_to_device: Some(abi_copy_device_to_device),
+        launch: Some(abi_launch),
+        queue_create: Some(abi_queue_create),
+        queue_synchronize: Some(abi_queue_synchronize),
+        queue_destroy: Some(abi_queue_destroy),
+        jit_stats: Some(abi_jit_stats),
+        set_jit_service: Some(abi_set_jit_service),
+        image_claims: Some(abi_image_claims),
+        event_create: Some(abi_event_create),
+        event_record: Some(abi_event_record),
+        event_wait: Some(abi_event_wait),
+        event_synchronize: Some(abi_event_synchronize),
+        event_query: Some(abi_event_query),
+        event_destroy: Some(abi_event_destroy),
     }))
 }
 
@@ -717,6 +724,96 @@ unsafe extern "C" fn abi_set_jit_service(ctx: Ctx, service: *const AbiJitService
             let service: &'static AbiJitService = &*service;
             s.plugin
                 .set_jit_service(std::sync::Arc::new(RemoteJit(service)))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_image_claims(ctx: Ctx, out: *const AbiStringOut, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            if out.is_null() {
+                return Err(Error::InvalidArgument("output pointer is null".into()));
+            }
+            let text: String = s
+                .plugin
+                .image_claims()
+                .iter()
+                .map(|c| format!("{}\n", c.to_text()))
+                .collect();
+            write_str(out, &text);
+            Ok(())
+        })
+    }
+}
+
+unsafe extern "C" fn abi_event_create(ctx: Ctx, dev: u32, out: *mut u64, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            let e = s.device(dev)?.device.event_create()?;
+            if e.0 == 0 {
+                return Err(Error::InvalidArgument(
+                    "plugin returned event handle 0, which the ABI reserves".into(),
+                ));
+            }
+            write_out(out, e.0)
+        })
+    }
+}
+
+unsafe extern "C" fn abi_event_record(ctx: Ctx, dev: u32, event: u64, q: u64, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            s.device(dev)?
+                .device
+                .event_record(EventHandle(event), QueueHandle(q))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_event_wait(ctx: Ctx, dev: u32, event: u64, q: u64, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            s.device(dev)?
+                .device
+                .event_wait(EventHandle(event), QueueHandle(q))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_event_synchronize(ctx: Ctx, dev: u32, event: u64, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            s.device(dev)?.device.event_synchronize(EventHandle(event))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_event_query(
+    ctx: Ctx,
+    dev: u32,
+    event: u64,
+    out: *mut u32,
+    err: Err,
+) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            let done = s.device(dev)?.device.event_query(EventHandle(event))?;
+            write_out(out, u32::from(done))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_event_destroy(ctx: Ctx, dev: u32, event: u64, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            s.device(dev)?.device.event_destroy(EventHandle(event))
         })
     }
 }

@@ -2,18 +2,20 @@
 //! that implement [`GenericPlugin`] and [`GenericDevice`].
 //!
 //! Libraries are never unloaded: a `dlclose` of a Rust library with live thread-local
-//! destructors is a known crash, and plugin tables hand out static pointers.
+//! destructors is a known crash, and plugin tables hand out static pointers. The runtime keeps
+//! its own copy of each table ([`check_table`]): it never holds a reference into the plugin's.
 
 use super::{
-    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiJitService, AbiKernelArg,
-    AbiLaunchDims, AbiStringOut, ENTRY_SYMBOL, EntryFn, PluginTable, SYNC_QUEUE, TABLE_SIZE_1_0,
+    ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiHeader, AbiJitService,
+    AbiKernelArg, AbiLaunchDims, AbiStringOut, ENTRY_SYMBOL, EntryFn, MAX_TABLE_SIZE, PluginTable,
+    SYNC_QUEUE, TABLE_SIZE_1_0,
 };
 use crate::error::{Error, Result};
 use crate::jit::{CompileRequest, JitService};
 use crate::traits::{GenericDevice, GenericPlugin};
 use crate::types::{
-    DeviceInfo, DeviceLimits, DevicePtr, GlobalSymbol, KernelArg, KernelHandle, LaunchDims,
-    MemoryKind, ProgramHandle, QueueHandle,
+    DeviceInfo, DeviceLimits, DevicePtr, EventHandle, GlobalSymbol, ImageClaim, KernelArg,
+    KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle,
 };
 use std::ffi::{CStr, c_void};
 use std::path::{Path, PathBuf};
@@ -23,7 +25,8 @@ use std::sync::{Arc, Weak};
 #[derive(Debug)]
 pub struct LoadedPlugin {
     this: Weak<LoadedPlugin>,
-    table: &'static PluginTable,
+    /// The runtime's own copy of the plugin's table (see [`check_table`]).
+    table: PluginTable,
     path: PathBuf,
     name: String,
     triple: String,
@@ -52,13 +55,57 @@ unsafe fn header_str(p: *const std::ffi::c_char, field: &str, path: &Path) -> Re
     })
 }
 
-/// Checks a table returned by a plugin's entry symbol: magic, then major version, then table
-/// size, in that order, touching nothing beyond what has been checked.
+/// The name and offset of every entry of the table, for the null checks.
+fn entries(t: &PluginTable) -> Vec<(&'static str, usize, bool)> {
+    macro_rules! entries {
+        ($($field:ident),* $(,)?) => {
+            vec![$((
+                stringify!($field),
+                std::mem::offset_of!(PluginTable, $field),
+                t.$field.is_some(),
+            )),*]
+        };
+    }
+    entries!(
+        init,
+        check_image,
+        device_check_image,
+        device_info,
+        load_image,
+        unload_image,
+        get_kernel,
+        get_global,
+        alloc,
+        free,
+        copy_to_device,
+        copy_from_device,
+        copy_device_to_device,
+        launch,
+        queue_create,
+        queue_synchronize,
+        queue_destroy,
+        jit_stats,
+        set_jit_service,
+        image_claims,
+        event_create,
+        event_record,
+        event_wait,
+        event_synchronize,
+        event_query,
+        event_destroy,
+    )
+}
+
+/// Checks a table returned by a plugin's entry symbol and returns the runtime's own copy:
+/// magic, then major version, then table size, in that order, touching nothing beyond what has
+/// been checked. Only the `table_size` bytes the plugin declares are read, into a zeroed table
+/// (so entries a shorter, older table lacks are null, and no reference to a larger struct than
+/// the plugin's is ever formed); then every entry the declared size covers must be non-null.
 ///
 /// # Safety
 /// `table` must be null or point to readable memory of at least `size_of::<AbiHeader>()`
-/// bytes, and — once the header checks out — of `table_size` bytes, all living forever.
-pub unsafe fn check_table(table: *const PluginTable, path: &Path) -> Result<&'static PluginTable> {
+/// bytes, and, once the header checks out, of `table_size` bytes.
+pub unsafe fn check_table(table: *const PluginTable, path: &Path) -> Result<PluginTable> {
     let shown = path.display();
     if table.is_null() {
         return Err(Error::PluginLoad(format!(
@@ -74,7 +121,7 @@ pub unsafe fn check_table(table: *const PluginTable, path: &Path) -> Result<&'st
         )));
     }
     // SAFETY: the magic matched, so the header (fixed across all versions) is present.
-    let header = unsafe { &(*table).header };
+    let header: AbiHeader = unsafe { std::ptr::addr_of!((*table).header).read_unaligned() };
     if header.abi_major != ABI_MAJOR {
         return Err(Error::AbiMismatch(format!(
             "{shown}: plugin speaks ABI {}.{}, this runtime speaks {ABI_MAJOR}.{ABI_MINOR}; \
@@ -82,16 +129,55 @@ pub unsafe fn check_table(table: *const PluginTable, path: &Path) -> Result<&'st
             header.abi_major, header.abi_minor
         )));
     }
-    let need = TABLE_SIZE_1_0;
-    if (header.table_size as usize) < need {
+    let size = header.table_size as usize;
+    if size < TABLE_SIZE_1_0 {
         return Err(Error::AbiMismatch(format!(
-            "{shown}: plugin table is {} bytes, ABI {ABI_MAJOR}.0 tables have at least {need}; \
-             the table is short (corrupt, or not built with offload-core's export_plugin!)",
-            header.table_size
+            "{shown}: plugin table is {size} bytes, ABI {ABI_MAJOR}.0 tables have at least \
+             {TABLE_SIZE_1_0}; the table is short (corrupt, or not built with offload-core's \
+             export_plugin!)"
         )));
     }
-    // SAFETY: header checks passed: the table is at least as large as ours and static.
-    Ok(unsafe { &*table })
+    if size > MAX_TABLE_SIZE {
+        return Err(Error::AbiMismatch(format!(
+            "{shown}: plugin table claims {size} bytes (at most {MAX_TABLE_SIZE} are believed): \
+             corrupt"
+        )));
+    }
+    let covered = size.min(std::mem::size_of::<PluginTable>());
+    let mut copy = std::mem::MaybeUninit::<PluginTable>::zeroed();
+    // SAFETY: the plugin's table is readable for `size >= covered` bytes (contract); the copy
+    // has room for `covered` bytes. A zeroed `PluginTable` is valid (null pointers, `None`
+    // entries, zero integers), and so is any byte pattern copied over it: integers and raw
+    // pointers accept every value and a non-null `Option<fn>` is a valid (if untrusted)
+    // function pointer.
+    let copy = unsafe {
+        std::ptr::copy_nonoverlapping(table.cast::<u8>(), copy.as_mut_ptr().cast::<u8>(), covered);
+        copy.assume_init()
+    };
+    for (name, offset, present) in entries(&copy) {
+        if offset + std::mem::size_of::<usize>() <= covered && !present {
+            return Err(Error::AbiMismatch(format!(
+                "{shown}: plugin table (ABI {}.{}, {size} bytes) has a null '{name}' entry, which \
+                 its version requires",
+                header.abi_major, header.abi_minor
+            )));
+        }
+    }
+    Ok(copy)
+}
+
+/// Whether a table's declared size covers the entry at `offset`.
+fn covers(t: &PluginTable, offset: usize) -> bool {
+    t.header.table_size as usize >= offset + std::mem::size_of::<usize>()
+}
+
+/// An entry the caller needs, or `Unsupported` naming it.
+fn need<F: Copy>(f: Option<F>, name: &str, plugin: &str) -> Result<F> {
+    f.ok_or_else(|| {
+        Error::Unsupported(format!(
+            "plugin '{plugin}' has no '{name}' entry (it speaks an older ABI)"
+        ))
+    })
 }
 
 impl LoadedPlugin {
@@ -128,6 +214,7 @@ impl LoadedPlugin {
         // `check_table`.
         let table = unsafe { check_table(raw, path) }?;
         let h = &table.header;
+        let abi_version = (h.abi_major, h.abi_minor);
         // SAFETY: the header checked out; its strings are static per the contract.
         let (name, triple, build_id) = unsafe {
             (
@@ -143,7 +230,7 @@ impl LoadedPlugin {
             name,
             triple,
             build_id,
-            abi_version: (h.abi_major, h.abi_minor),
+            abi_version,
         }))
     }
 
@@ -165,18 +252,10 @@ impl LoadedPlugin {
     /// Offers the runtime's JIT service to the plugin (ABI 1.2). `Unsupported` when the plugin
     /// predates the entry or compiles nothing.
     pub fn set_jit_service(&self, service: &'static AbiJitService) -> Result<()> {
-        let t = self.table;
-        let end = std::mem::offset_of!(PluginTable, set_jit_service) + std::mem::size_of::<usize>();
-        if (t.header.table_size as usize) < end {
-            return Err(Error::Unsupported(format!(
-                "plugin '{}' speaks ABI {}.{}, which has no JIT service entry",
-                self.name, self.abi_version.0, self.abi_version.1
-            )));
-        }
-        // SAFETY: the table covers the entry (checked above); `service` lives forever.
-        self.call("set_jit_service", |err| unsafe {
-            (t.set_jit_service)(t.ctx, service, err)
-        })
+        let t = &self.table;
+        let f = need(t.set_jit_service, "set_jit_service", &self.name)?;
+        // SAFETY: a checked, non-null entry; `service` lives forever.
+        self.call("set_jit_service", |err| unsafe { f(t.ctx, service, err) })
     }
 
     fn call(&self, what: &str, f: impl FnOnce(*const AbiErrorOut) -> i32) -> Result<()> {
@@ -259,33 +338,54 @@ impl GenericPlugin for LoadedPlugin {
 
     fn init(&self) -> Result<usize> {
         let mut count = 0u32;
-        let t = self.table;
-        // SAFETY: the table was checked; pointers passed are live locals.
-        self.call("init", |err| unsafe { (t.init)(t.ctx, &mut count, err) })?;
+        let t = &self.table;
+        let f = need(t.init, "init", &self.name)?;
+        // SAFETY: a checked, non-null entry; pointers passed are live locals.
+        self.call("init", |err| unsafe { f(t.ctx, &mut count, err) })?;
         Ok(count as usize)
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
-        let t = self.table;
-        // SAFETY: checked table; `image` is a live slice.
+        let t = &self.table;
+        let f = need(t.check_image, "check_image", &self.name)?;
+        // SAFETY: checked entry; `image` is a live slice.
         self.call("check_image", |err| unsafe {
-            (t.check_image)(t.ctx, image.as_ptr(), image.len(), err)
+            f(t.ctx, image.as_ptr(), image.len(), err)
         })
     }
 
-    fn jit_stats(&self) -> Option<crate::JitStats> {
-        let t = self.table;
-        let end = std::mem::offset_of!(PluginTable, jit_stats) + std::mem::size_of::<usize>();
-        if (t.header.table_size as usize) < end {
-            return None;
+    fn image_claims(&self) -> Vec<ImageClaim> {
+        let t = &self.table;
+        let default = || {
+            vec![
+                ImageClaim::Elf {
+                    machine: t.header.elf_machine,
+                },
+                ImageClaim::Bitcode {
+                    triple: self.triple.clone(),
+                },
+            ]
+        };
+        let Some(f) = t.image_claims else {
+            return default();
+        };
+        let mut text = String::new();
+        let sink = string_sink(&mut text);
+        // SAFETY: checked entry; the sink is a live local.
+        match self.call("image_claims", |err| unsafe { f(t.ctx, &sink, err) }) {
+            Ok(()) => text.lines().filter_map(ImageClaim::from_text).collect(),
+            Err(_) => default(),
         }
+    }
+
+    fn jit_stats(&self) -> Option<crate::JitStats> {
+        let t = &self.table;
+        let f = t.jit_stats?;
         let mut out = crate::JitStats::default();
-        // SAFETY: the table covers the entry (checked above); `out` is a live local.
-        self.call("jit_stats", |err| unsafe {
-            (t.jit_stats)(t.ctx, &mut out, err)
-        })
-        .ok()
-        .map(|()| out)
+        // SAFETY: checked entry; `out` is a live local.
+        self.call("jit_stats", |err| unsafe { f(t.ctx, &mut out, err) })
+            .ok()
+            .map(|()| out)
     }
 
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {
@@ -301,6 +401,14 @@ impl GenericPlugin for LoadedPlugin {
     }
 }
 
+impl LoadedPlugin {
+    /// Whether the plugin's table has the entry at `offset` (for callers deciding between a
+    /// newer call and a fallback).
+    pub fn has_entry(&self, offset: usize) -> bool {
+        covers(&self.table, offset)
+    }
+}
+
 /// A device of a [`LoadedPlugin`].
 #[derive(Debug)]
 pub struct LoadedDevice {
@@ -309,13 +417,20 @@ pub struct LoadedDevice {
 }
 
 impl LoadedDevice {
-    fn call(
+    /// Calls entry `f` (named `what`) of the plugin's table.
+    fn call<F: Copy>(
         &self,
         what: &str,
-        f: impl FnOnce(&'static PluginTable, *const AbiErrorOut) -> i32,
+        f: Option<F>,
+        call: impl FnOnce(F, super::Ctx, *const AbiErrorOut) -> i32,
     ) -> Result<()> {
-        let t = self.plugin.table;
-        self.plugin.call(what, |err| f(t, err))
+        let f = need(f, what, &self.plugin.name)?;
+        let ctx = self.plugin.table.ctx;
+        self.plugin.call(what, |err| call(f, ctx, err))
+    }
+
+    fn table(&self) -> &PluginTable {
+        &self.plugin.table
     }
 }
 
@@ -332,10 +447,12 @@ impl GenericDevice for LoadedDevice {
             string_sink(&mut cu),
             string_sink(&mut features),
         );
-        // SAFETY: checked table; all out-pointers are live locals.
-        self.call("device_info", |t, err| unsafe {
-            (t.device_info)(t.ctx, self.dev, &mut raw, &sn, &sc, &sf, err)
-        })?;
+        self.call(
+            "device_info",
+            self.table().device_info,
+            // SAFETY: checked entry; all out-pointers are live locals.
+            |f, ctx, err| unsafe { f(ctx, self.dev, &mut raw, &sn, &sc, &sf, err) },
+        )?;
         Ok(DeviceInfo {
             name,
             compute_unit_kind: cu,
@@ -352,60 +469,74 @@ impl GenericDevice for LoadedDevice {
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
-        // SAFETY: checked table; live slice.
-        self.call("device_check_image", |t, err| unsafe {
-            (t.device_check_image)(t.ctx, self.dev, image.as_ptr(), image.len(), err)
-        })
+        self.call(
+            "device_check_image",
+            self.table().device_check_image,
+            // SAFETY: checked entry; live slice.
+            |f, ctx, err| unsafe { f(ctx, self.dev, image.as_ptr(), image.len(), err) },
+        )
     }
 
     fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
         let mut out = 0u64;
-        // SAFETY: checked table; live slice and out-pointer.
-        self.call("load_image", |t, err| unsafe {
-            (t.load_image)(t.ctx, self.dev, image.as_ptr(), image.len(), &mut out, err)
-        })?;
+        self.call(
+            "load_image",
+            self.table().load_image,
+            // SAFETY: checked entry; live slice and out-pointer.
+            |f, ctx, err| unsafe { f(ctx, self.dev, image.as_ptr(), image.len(), &mut out, err) },
+        )?;
         Ok(ProgramHandle(out))
     }
 
     fn unload_image(&self, program: ProgramHandle) -> Result<()> {
-        // SAFETY: checked table.
-        self.call("unload_image", |t, err| unsafe {
-            (t.unload_image)(t.ctx, self.dev, program.0, err)
-        })
+        self.call(
+            "unload_image",
+            self.table().unload_image,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, program.0, err) },
+        )
     }
 
     fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
         let mut out = 0u64;
-        // SAFETY: checked table; live name and out-pointer.
-        self.call("get_kernel", |t, err| unsafe {
-            (t.get_kernel)(
-                t.ctx,
-                self.dev,
-                program.0,
-                name.as_ptr(),
-                name.len(),
-                &mut out,
-                err,
-            )
-        })?;
+        self.call(
+            "get_kernel",
+            self.table().get_kernel,
+            // SAFETY: checked entry; live name and out-pointer.
+            |f, ctx, err| unsafe {
+                f(
+                    ctx,
+                    self.dev,
+                    program.0,
+                    name.as_ptr(),
+                    name.len(),
+                    &mut out,
+                    err,
+                )
+            },
+        )?;
         Ok(KernelHandle(out))
     }
 
     fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
         let (mut ptr, mut size) = (0u64, 0u64);
-        // SAFETY: checked table; live name and out-pointers.
-        self.call("get_global", |t, err| unsafe {
-            (t.get_global)(
-                t.ctx,
-                self.dev,
-                program.0,
-                name.as_ptr(),
-                name.len(),
-                &mut ptr,
-                &mut size,
-                err,
-            )
-        })?;
+        self.call(
+            "get_global",
+            self.table().get_global,
+            // SAFETY: checked entry; live name and out-pointers.
+            |f, ctx, err| unsafe {
+                f(
+                    ctx,
+                    self.dev,
+                    program.0,
+                    name.as_ptr(),
+                    name.len(),
+                    &mut ptr,
+                    &mut size,
+                    err,
+                )
+            },
+        )?;
         Ok(GlobalSymbol {
             ptr: DevicePtr(ptr),
             size,
@@ -414,17 +545,17 @@ impl GenericDevice for LoadedDevice {
 
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
         let mut out = 0u64;
-        // SAFETY: checked table; live out-pointer.
-        self.call("alloc", |t, err| unsafe {
-            (t.alloc)(t.ctx, self.dev, size, kind.to_u32(), &mut out, err)
+        // SAFETY: checked entry; live out-pointer.
+        self.call("alloc", self.table().alloc, |f, ctx, err| unsafe {
+            f(ctx, self.dev, size, kind.to_u32(), &mut out, err)
         })?;
         Ok(DevicePtr(out))
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
-        // SAFETY: checked table.
-        self.call("free", |t, err| unsafe {
-            (t.free)(t.ctx, self.dev, ptr.0, err)
+        // SAFETY: checked entry.
+        self.call("free", self.table().free, |f, ctx, err| unsafe {
+            f(ctx, self.dev, ptr.0, err)
         })
     }
 
@@ -435,10 +566,12 @@ impl GenericDevice for LoadedDevice {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        // SAFETY: checked table; the caller guarantees `src` per this method's contract.
-        self.call("copy_to_device", |t, err| unsafe {
-            (t.copy_to_device)(t.ctx, self.dev, dst.0, src, len, queue_bits(queue), err)
-        })
+        self.call(
+            "copy_to_device",
+            self.table().copy_to_device,
+            // SAFETY: checked entry; the caller guarantees `src` per this method's contract.
+            |f, ctx, err| unsafe { f(ctx, self.dev, dst.0, src, len, queue_bits(queue), err) },
+        )
     }
 
     unsafe fn copy_from_device(
@@ -448,10 +581,12 @@ impl GenericDevice for LoadedDevice {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        // SAFETY: checked table; the caller guarantees `dst` per this method's contract.
-        self.call("copy_from_device", |t, err| unsafe {
-            (t.copy_from_device)(t.ctx, self.dev, dst, src.0, len, queue_bits(queue), err)
-        })
+        self.call(
+            "copy_from_device",
+            self.table().copy_from_device,
+            // SAFETY: checked entry; the caller guarantees `dst` per this method's contract.
+            |f, ctx, err| unsafe { f(ctx, self.dev, dst, src.0, len, queue_bits(queue), err) },
+        )
     }
 
     fn copy_device_to_device(
@@ -461,10 +596,12 @@ impl GenericDevice for LoadedDevice {
         len: u64,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        // SAFETY: checked table.
-        self.call("copy_device_to_device", |t, err| unsafe {
-            (t.copy_device_to_device)(t.ctx, self.dev, dst.0, src.0, len, queue_bits(queue), err)
-        })
+        self.call(
+            "copy_device_to_device",
+            self.table().copy_device_to_device,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, dst.0, src.0, len, queue_bits(queue), err) },
+        )
     }
 
     fn launch(
@@ -491,11 +628,11 @@ impl GenericDevice for LoadedDevice {
                 }
             })
             .collect();
-        // SAFETY: checked table; dims and args are live for the call (the plugin copies them
+        // SAFETY: checked entry; dims and args are live for the call (the plugin copies them
         // before enqueueing).
-        self.call("launch", |t, err| unsafe {
-            (t.launch)(
-                t.ctx,
+        self.call("launch", self.table().launch, |f, ctx, err| unsafe {
+            f(
+                ctx,
                 self.dev,
                 kernel.0,
                 &raw_dims,
@@ -509,25 +646,89 @@ impl GenericDevice for LoadedDevice {
 
     fn queue_create(&self) -> Result<QueueHandle> {
         let mut out = 0u64;
-        // SAFETY: checked table; live out-pointer.
-        self.call("queue_create", |t, err| unsafe {
-            (t.queue_create)(t.ctx, self.dev, &mut out, err)
-        })?;
+        self.call(
+            "queue_create",
+            self.table().queue_create,
+            // SAFETY: checked entry; live out-pointer.
+            |f, ctx, err| unsafe { f(ctx, self.dev, &mut out, err) },
+        )?;
         Ok(QueueHandle(out))
     }
 
     fn queue_synchronize(&self, queue: QueueHandle) -> Result<()> {
-        // SAFETY: checked table.
-        self.call("queue_synchronize", |t, err| unsafe {
-            (t.queue_synchronize)(t.ctx, self.dev, queue.0, err)
-        })
+        self.call(
+            "queue_synchronize",
+            self.table().queue_synchronize,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, queue.0, err) },
+        )
     }
 
     fn queue_destroy(&self, queue: QueueHandle) -> Result<()> {
-        // SAFETY: checked table.
-        self.call("queue_destroy", |t, err| unsafe {
-            (t.queue_destroy)(t.ctx, self.dev, queue.0, err)
-        })
+        self.call(
+            "queue_destroy",
+            self.table().queue_destroy,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, queue.0, err) },
+        )
+    }
+
+    fn event_create(&self) -> Result<EventHandle> {
+        let mut out = 0u64;
+        self.call(
+            "event_create",
+            self.table().event_create,
+            // SAFETY: checked entry; live out-pointer.
+            |f, ctx, err| unsafe { f(ctx, self.dev, &mut out, err) },
+        )?;
+        Ok(EventHandle(out))
+    }
+
+    fn event_record(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        self.call(
+            "event_record",
+            self.table().event_record,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, event.0, queue.0, err) },
+        )
+    }
+
+    fn event_wait(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        self.call(
+            "event_wait",
+            self.table().event_wait,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, event.0, queue.0, err) },
+        )
+    }
+
+    fn event_synchronize(&self, event: EventHandle) -> Result<()> {
+        self.call(
+            "event_synchronize",
+            self.table().event_synchronize,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, event.0, err) },
+        )
+    }
+
+    fn event_query(&self, event: EventHandle) -> Result<bool> {
+        let mut done = 0u32;
+        self.call(
+            "event_query",
+            self.table().event_query,
+            // SAFETY: checked entry; live out-pointer.
+            |f, ctx, err| unsafe { f(ctx, self.dev, event.0, &mut done, err) },
+        )?;
+        Ok(done != 0)
+    }
+
+    fn event_destroy(&self, event: EventHandle) -> Result<()> {
+        self.call(
+            "event_destroy",
+            self.table().event_destroy,
+            // SAFETY: checked entry.
+            |f, ctx, err| unsafe { f(ctx, self.dev, event.0, err) },
+        )
     }
 }
 

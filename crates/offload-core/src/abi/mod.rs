@@ -15,6 +15,11 @@
 //!   them as [`crate::Error::PluginPanic`].
 //! - ABI 1.2 adds `set_jit_service`: the runtime hands every plugin its process-wide JIT
 //!   ([`AbiJitService`]), so all plugins of a process share one JIT worker and one cache.
+//! - ABI 1.3 adds events (create, record, wait, synchronize, query, destroy) and
+//!   `image_claims` (what image kinds a plugin serves).
+//! - The runtime never forms a reference to a plugin's table: it copies the `table_size`
+//!   bytes the plugin declares into a zeroed table of its own (entries a shorter, older table
+//!   lacks stay null), and refuses a table whose version requires an entry that is null.
 //!
 //! Plugin authors never write this FFI by hand: see [`crate::export_plugin!`]. The runtime side
 //! is [`loader`].
@@ -29,7 +34,7 @@ pub const ABI_MAGIC: u64 = u64::from_le_bytes(*b"OFFLDPLG");
 /// Major ABI version: tables with another major version are refused.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor ABI version: a larger minor only appends entries to the table.
-pub const ABI_MINOR: u16 = 2;
+pub const ABI_MINOR: u16 = 3;
 /// The one symbol every plugin library exports (`extern "C" fn() -> *const PluginTable`).
 pub const ENTRY_SYMBOL: &str = "offload_plugin_entry";
 /// Queue value meaning "run synchronously".
@@ -159,23 +164,18 @@ pub type Ctx = *const c_void;
 /// Pointer to the caller's error sink.
 pub type Err = *const AbiErrorOut;
 
-/// The function table a plugin exports. Fields after the header may only ever be appended.
-#[repr(C)]
-#[derive(Debug)]
-pub struct PluginTable {
-    /// Versioned header, checked before anything else.
-    pub header: AbiHeader,
-    /// Opaque plugin state, passed back as the first argument of every entry.
-    pub ctx: Ctx,
-    /// Initialise; writes the device count.
-    pub init: unsafe extern "C" fn(Ctx, out_count: *mut u32, Err) -> i32,
-    /// Plugin-level image compatibility.
-    pub check_image: unsafe extern "C" fn(Ctx, image: *const u8, len: usize, Err) -> i32,
-    /// Device-level image compatibility.
-    pub device_check_image:
-        unsafe extern "C" fn(Ctx, dev: u32, image: *const u8, len: usize, Err) -> i32,
-    /// Device information: numbers, then name, compute-unit kind and features as strings.
-    pub device_info: unsafe extern "C" fn(
+/// The types of the table's entries, one per function.
+pub mod entry {
+    use super::*;
+    /// `init(ctx, out_count, err)`
+    pub type Init = unsafe extern "C" fn(Ctx, out_count: *mut u32, Err) -> i32;
+    /// `check_image(ctx, image, len, err)`
+    pub type CheckImage = unsafe extern "C" fn(Ctx, image: *const u8, len: usize, Err) -> i32;
+    /// `device_check_image(ctx, dev, image, len, err)`
+    pub type DeviceCheckImage =
+        unsafe extern "C" fn(Ctx, dev: u32, image: *const u8, len: usize, Err) -> i32;
+    /// `device_info(ctx, dev, out, name, compute_unit, features, err)`
+    pub type DeviceInfo = unsafe extern "C" fn(
         Ctx,
         dev: u32,
         out: *mut AbiDeviceInfo,
@@ -183,20 +183,20 @@ pub struct PluginTable {
         compute_unit: *const AbiStringOut,
         features: *const AbiStringOut,
         Err,
-    ) -> i32,
-    /// Load an image; writes the program handle.
-    pub load_image: unsafe extern "C" fn(
+    ) -> i32;
+    /// `load_image(ctx, dev, image, len, out, err)`
+    pub type LoadImage = unsafe extern "C" fn(
         Ctx,
         dev: u32,
         image: *const u8,
         len: usize,
         out: *mut u64,
         Err,
-    ) -> i32,
-    /// Unload a program.
-    pub unload_image: unsafe extern "C" fn(Ctx, dev: u32, program: u64, Err) -> i32,
-    /// Look up a kernel; writes its handle.
-    pub get_kernel: unsafe extern "C" fn(
+    ) -> i32;
+    /// `unload_image(ctx, dev, program, err)`
+    pub type UnloadImage = unsafe extern "C" fn(Ctx, dev: u32, program: u64, Err) -> i32;
+    /// `get_kernel(ctx, dev, program, name, name_len, out, err)`
+    pub type GetKernel = unsafe extern "C" fn(
         Ctx,
         dev: u32,
         program: u64,
@@ -204,9 +204,9 @@ pub struct PluginTable {
         name_len: usize,
         out: *mut u64,
         Err,
-    ) -> i32,
-    /// Look up a global; writes its address and size.
-    pub get_global: unsafe extern "C" fn(
+    ) -> i32;
+    /// `get_global(ctx, dev, program, name, name_len, out_ptr, out_size, err)`
+    pub type GetGlobal = unsafe extern "C" fn(
         Ctx,
         dev: u32,
         program: u64,
@@ -215,13 +215,14 @@ pub struct PluginTable {
         out_ptr: *mut u64,
         out_size: *mut u64,
         Err,
-    ) -> i32,
-    /// Allocate device memory.
-    pub alloc: unsafe extern "C" fn(Ctx, dev: u32, size: u64, kind: u32, out: *mut u64, Err) -> i32,
-    /// Free device memory.
-    pub free: unsafe extern "C" fn(Ctx, dev: u32, ptr: u64, Err) -> i32,
-    /// Host to device copy.
-    pub copy_to_device: unsafe extern "C" fn(
+    ) -> i32;
+    /// `alloc(ctx, dev, size, kind, out, err)`
+    pub type Alloc =
+        unsafe extern "C" fn(Ctx, dev: u32, size: u64, kind: u32, out: *mut u64, Err) -> i32;
+    /// `free(ctx, dev, ptr, err)`
+    pub type Free = unsafe extern "C" fn(Ctx, dev: u32, ptr: u64, Err) -> i32;
+    /// `copy_to_device(ctx, dev, dst, src, len, queue, err)`
+    pub type CopyToDevice = unsafe extern "C" fn(
         Ctx,
         dev: u32,
         dst: u64,
@@ -229,9 +230,9 @@ pub struct PluginTable {
         len: usize,
         queue: u64,
         Err,
-    ) -> i32,
-    /// Device to host copy.
-    pub copy_from_device: unsafe extern "C" fn(
+    ) -> i32;
+    /// `copy_from_device(ctx, dev, dst, src, len, queue, err)`
+    pub type CopyFromDevice = unsafe extern "C" fn(
         Ctx,
         dev: u32,
         dst: *mut u8,
@@ -239,12 +240,12 @@ pub struct PluginTable {
         len: usize,
         queue: u64,
         Err,
-    ) -> i32,
-    /// Device to device copy.
-    pub copy_device_to_device:
-        unsafe extern "C" fn(Ctx, dev: u32, dst: u64, src: u64, len: u64, queue: u64, Err) -> i32,
-    /// Launch a kernel.
-    pub launch: unsafe extern "C" fn(
+    ) -> i32;
+    /// `copy_device_to_device(ctx, dev, dst, src, len, queue, err)`
+    pub type CopyDeviceToDevice =
+        unsafe extern "C" fn(Ctx, dev: u32, dst: u64, src: u64, len: u64, queue: u64, Err) -> i32;
+    /// `launch(ctx, dev, kernel, dims, args, nargs, queue, err)`
+    pub type Launch = unsafe extern "C" fn(
         Ctx,
         dev: u32,
         kernel: u64,
@@ -253,20 +254,93 @@ pub struct PluginTable {
         nargs: usize,
         queue: u64,
         Err,
-    ) -> i32,
+    ) -> i32;
+    /// `queue_create(ctx, dev, out, err)` and `event_create`
+    pub type Create = unsafe extern "C" fn(Ctx, dev: u32, out: *mut u64, Err) -> i32;
+    /// `queue_synchronize(ctx, dev, queue, err)`, `queue_destroy`, `event_synchronize`,
+    /// `event_destroy`
+    pub type OnHandle = unsafe extern "C" fn(Ctx, dev: u32, handle: u64, Err) -> i32;
+    /// `jit_stats(ctx, out, err)`
+    pub type JitStats = unsafe extern "C" fn(Ctx, out: *mut crate::JitStats, Err) -> i32;
+    /// `set_jit_service(ctx, service, err)`
+    pub type SetJitService = unsafe extern "C" fn(Ctx, service: *const AbiJitService, Err) -> i32;
+    /// `event_record(ctx, dev, event, queue, err)` and `event_wait`
+    pub type EventOnQueue = unsafe extern "C" fn(Ctx, dev: u32, event: u64, queue: u64, Err) -> i32;
+    /// `event_query(ctx, dev, event, out_done, err)`
+    pub type EventQuery =
+        unsafe extern "C" fn(Ctx, dev: u32, event: u64, out: *mut u32, Err) -> i32;
+    /// `image_claims(ctx, out, err)`: one claim per line (`elf:62`, `bitcode:<triple>`, `ptx`,
+    /// `fatbin`).
+    pub type ImageClaims = unsafe extern "C" fn(Ctx, out: *const AbiStringOut, Err) -> i32;
+}
+
+/// The function table a plugin exports. Fields after the header may only ever be appended.
+/// Every entry is nullable on the wire (`Option` of a function pointer has the layout of a
+/// nullable C function pointer); the runtime refuses a table whose version requires an entry
+/// that is null, naming it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct PluginTable {
+    /// Versioned header, checked before anything else.
+    pub header: AbiHeader,
+    /// Opaque plugin state, passed back as the first argument of every entry.
+    pub ctx: Ctx,
+    /// Initialise; writes the device count.
+    pub init: Option<entry::Init>,
+    /// Plugin-level image compatibility.
+    pub check_image: Option<entry::CheckImage>,
+    /// Device-level image compatibility.
+    pub device_check_image: Option<entry::DeviceCheckImage>,
+    /// Device information: numbers, then name, compute-unit kind and features as strings.
+    pub device_info: Option<entry::DeviceInfo>,
+    /// Load an image; writes the program handle.
+    pub load_image: Option<entry::LoadImage>,
+    /// Unload a program.
+    pub unload_image: Option<entry::UnloadImage>,
+    /// Look up a kernel; writes its handle.
+    pub get_kernel: Option<entry::GetKernel>,
+    /// Look up a global; writes its address and size.
+    pub get_global: Option<entry::GetGlobal>,
+    /// Allocate device memory.
+    pub alloc: Option<entry::Alloc>,
+    /// Free device memory.
+    pub free: Option<entry::Free>,
+    /// Host to device copy.
+    pub copy_to_device: Option<entry::CopyToDevice>,
+    /// Device to host copy.
+    pub copy_from_device: Option<entry::CopyFromDevice>,
+    /// Device to device copy.
+    pub copy_device_to_device: Option<entry::CopyDeviceToDevice>,
+    /// Launch a kernel.
+    pub launch: Option<entry::Launch>,
     /// Create a queue; writes its handle.
-    pub queue_create: unsafe extern "C" fn(Ctx, dev: u32, out: *mut u64, Err) -> i32,
+    pub queue_create: Option<entry::Create>,
     /// Wait for a queue.
-    pub queue_synchronize: unsafe extern "C" fn(Ctx, dev: u32, queue: u64, Err) -> i32,
+    pub queue_synchronize: Option<entry::OnHandle>,
     /// Destroy a queue.
-    pub queue_destroy: unsafe extern "C" fn(Ctx, dev: u32, queue: u64, Err) -> i32,
+    pub queue_destroy: Option<entry::OnHandle>,
     // ---- ABI 1.1 ----
-    /// JIT counters; fails with `Unsupported` for a plugin without a JIT engine.
-    pub jit_stats: unsafe extern "C" fn(Ctx, out: *mut crate::JitStats, Err) -> i32,
+    /// JIT counters; fails with `Unsupported` for a plugin without a JIT client of its own.
+    pub jit_stats: Option<entry::JitStats>,
     // ---- ABI 1.2 ----
     /// Offers the runtime's JIT service (called before `init`); fails with `Unsupported` for a
     /// plugin that compiles nothing. The pointer stays valid for the rest of the process.
-    pub set_jit_service: unsafe extern "C" fn(Ctx, service: *const AbiJitService, Err) -> i32,
+    pub set_jit_service: Option<entry::SetJitService>,
+    // ---- ABI 1.3 ----
+    /// The image kinds the plugin serves.
+    pub image_claims: Option<entry::ImageClaims>,
+    /// Create an event; writes its handle.
+    pub event_create: Option<entry::Create>,
+    /// Record an event on a queue (it completes when the work enqueued before it does).
+    pub event_record: Option<entry::EventOnQueue>,
+    /// Make a queue wait for an event before its later work.
+    pub event_wait: Option<entry::EventOnQueue>,
+    /// Wait on the calling thread until an event completes.
+    pub event_synchronize: Option<entry::OnHandle>,
+    /// Whether an event has completed (writes 1 or 0).
+    pub event_query: Option<entry::EventQuery>,
+    /// Destroy an event.
+    pub event_destroy: Option<entry::OnHandle>,
 }
 
 /// Size of a 1.0 table: the smallest table the runtime accepts. Entries after it are used only
@@ -274,6 +348,12 @@ pub struct PluginTable {
 pub const TABLE_SIZE_1_0: usize = std::mem::offset_of!(PluginTable, jit_stats);
 /// Size of a 1.1 table (1.0 plus `jit_stats`).
 pub const TABLE_SIZE_1_1: usize = std::mem::offset_of!(PluginTable, set_jit_service);
+/// Size of a 1.2 table (1.1 plus `set_jit_service`).
+pub const TABLE_SIZE_1_2: usize = std::mem::offset_of!(PluginTable, image_claims);
+/// Size of a 1.3 table (this version).
+pub const TABLE_SIZE_1_3: usize = std::mem::size_of::<PluginTable>();
+/// Largest `table_size` the runtime believes (a bigger one is corruption).
+pub const MAX_TABLE_SIZE: usize = 64 << 10;
 
 // SAFETY: the table is immutable after construction and the plugin state behind `ctx` is
 // `Send + Sync` (it wraps a `dyn GenericPlugin`); the header's string pointers point to

@@ -3,7 +3,6 @@
 use super::{Failure, human_bytes};
 use offload::{PluginStatus, Runtime};
 use offload_core::GenericPlugin;
-use offload_core::image::machine;
 use serde_json::json;
 
 pub fn info(as_json: bool) -> Result<(), Failure> {
@@ -40,6 +39,7 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             "build_id": loaded.map(|p| p.build_id().to_string()),
             "elf_machine": loaded.map(|p| p.elf_machine()),
             "target_triple": loaded.map(|p| p.target_triple().to_string()),
+            "serves": loaded.map(|p| p.image_claims().iter().map(|c| c.to_text()).collect::<Vec<_>>()),
             "jit": slot.jit_stats().map(|j| json!({
                 "compiles": j.compiles,
                 "memory_hits": j.memory_hits,
@@ -94,13 +94,15 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
     for p in &plugins {
         let s = |k: &str| p[k].as_str().unwrap_or("-").to_string();
         println!("plugin {:<10} {:<10} {}", s("name"), s("status"), s("path"));
-        if let Some(m) = p["elf_machine"].as_u64() {
-            println!(
-                "    ABI {}, serves {}, {}",
-                s("abi_version"),
-                machine::describe(m as u16),
-                s("target_triple")
-            );
+        if p["elf_machine"].is_u64() {
+            let serves: Vec<String> = p["serves"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.as_str().and_then(offload_core::ImageClaim::from_text))
+                .map(|c| c.describe())
+                .collect();
+            println!("    ABI {}, serves {}", s("abi_version"), serves.join(", "));
         }
         if let Some(r) = p["reason"].as_str() {
             println!("    reason: {r}");

@@ -1,0 +1,81 @@
+//! Launch arguments against a kernel's parameters.
+
+use offload_core::jit::ParamType;
+use offload_core::{Error, KernelArg, Result};
+
+/// Refuses a launch whose arguments do not match the kernel's parameters: calling a function
+/// with the wrong arguments is undefined behaviour, a wrong result at best.
+pub fn check(name: &str, params: &[ParamType], args: &[KernelArg]) -> Result<()> {
+    let list = |v: Vec<String>| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    if params.len() != args.len() {
+        return Err(Error::InvalidArgument(format!(
+            "kernel '{name}' takes {} argument(s) ({}); the launch passes {} ({})",
+            params.len(),
+            list(params.iter().map(ToString::to_string).collect()),
+            args.len(),
+            list(args.iter().map(|a| a.type_name().to_string()).collect()),
+        )));
+    }
+    for (i, (p, a)) in params.iter().zip(args).enumerate() {
+        let fits = matches!(
+            (p, a),
+            (ParamType::I32, KernelArg::I32(_) | KernelArg::U32(_))
+                | (ParamType::I64, KernelArg::I64(_) | KernelArg::U64(_))
+                | (ParamType::F32, KernelArg::F32(_))
+                | (ParamType::F64, KernelArg::F64(_))
+                | (ParamType::Ptr, KernelArg::Ptr(_))
+        );
+        if !fits {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' argument {i} is {p} in the kernel; the launch passes {}",
+                a.type_name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use offload_core::DevicePtr;
+
+    #[test]
+    fn arguments_are_checked_against_the_kernel_signature() {
+        let params = [
+            ParamType::I32,
+            ParamType::F32,
+            ParamType::Ptr,
+            ParamType::Ptr,
+        ];
+        let ptr = KernelArg::Ptr(DevicePtr(64));
+        let good = [KernelArg::U32(1), KernelArg::F32(2.0), ptr, ptr];
+        check("saxpy", &params, &good).unwrap();
+        let e = check("saxpy", &params, &good[..3]).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "takes 4 argument(s) (i32, float, ptr, ptr); the launch passes 3 (u32, f32, ptr)"
+            ),
+            "{e}"
+        );
+        let e = check(
+            "saxpy",
+            &params,
+            &[KernelArg::I32(1), KernelArg::F64(2.0), ptr, ptr],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("argument 1 is float in the kernel; the launch passes f64"),
+            "{e}"
+        );
+        assert!(check("k", &[ParamType::Other("i16".into())], &[KernelArg::I32(1)]).is_err());
+        check("empty", &[], &[]).unwrap();
+    }
+}

@@ -1,0 +1,687 @@
+//! # plugin-common: the generic device layer
+//!
+//! Upstream's `GenericDeviceTy` role: the work every backend needs is done here, once, and a
+//! backend is a crate of small `*_impl`-style hooks ([`Backend`], [`DeviceBackend`]) that
+//! [`export_backend!`] turns into a complete plugin.
+//!
+//! What the layer does around the hooks:
+//! - **Loading** ([`select`]): classify the image; unpack containers (LLVM offload binaries,
+//!   clang offload bundles, both also inside ELF sections) and pick the entry for the device
+//!   (exact compute-unit kind, then a compatible one, then bitcode); compile bitcode and IR
+//!   through the JIT ([`jit`]: the runtime's process-wide service, or a client of its own) with
+//!   the device's target and post-processing step; then [`DeviceBackend::load`].
+//! - **Handles** ([`handles`]): programs, kernels, queues and events get handles bound to their
+//!   device and kind, never reused; misuse is a clear error, never another object.
+//! - **Memory** ([`memory`]): allocations and looked-up globals are tracked; every copy and
+//!   pointer argument must lie in a live region of this device (for backends that ask for it);
+//!   the work that uses a region keeps it alive until it has run, so `free` (and dropping a
+//!   buffer) never releases memory under queued or running work; operations on the same memory
+//!   never run at the same time.
+//! - **Launches**: arguments are checked against the kernel's signature when one is known (JIT
+//!   images always have one).
+//! - **Queues and events** ([`queue`]): in-order queues that fail cleanly (a failing or
+//!   panicking job fails the queue; `synchronize` reports it and never hangs), events that
+//!   order work across queues.
+//! - **Context**: [`DeviceBackend::enter`] runs before every hook, on whatever thread calls in
+//!   (CUDA makes its context current there).
+
+pub mod args;
+pub mod handles;
+pub mod jit;
+pub mod memory;
+pub mod queue;
+pub mod select;
+
+pub use memory::Hold;
+pub use offload_core;
+
+use handles::{Kind, Table};
+use memory::{Region, RegionKind, Regions};
+use offload_core::image::ImageKind;
+use offload_core::jit::{
+    CompileRequest, CompiledImage, JitService, JitTarget, ParamType, PostProcess,
+};
+use offload_core::{
+    DeviceInfo, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, GlobalSymbol,
+    ImageClaim, JitStats, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle,
+    QueueHandle, Result, classify,
+};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// How well an image labelled for one compute-unit kind suits a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fit {
+    /// Made for exactly this device.
+    Exact,
+    /// Runs here (a generic build, an older minor architecture).
+    Compatible,
+    /// Does not run here, and why.
+    No(String),
+}
+
+/// A backend: one device family. Creating it must be cheap and touch no driver.
+pub trait Backend: Send + Sync + 'static {
+    /// The backend's devices.
+    type Device: DeviceBackend;
+    /// Short name (`host`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// The ELF machine of its native images.
+    fn elf_machine(&self) -> u16;
+    /// The LLVM triple of its devices (what bitcode is compiled for).
+    fn target_triple(&self) -> &'static str;
+    /// The image kinds it serves (ELF of a machine, bitcode for a triple, PTX, fatbins).
+    fn claims(&self) -> Vec<ImageClaim>;
+    /// Loads the driver and counts the devices; called at most once. A missing driver is
+    /// `Ok(0)` or `Error::NoDevice` with the reason, never a panic.
+    fn init(&self) -> Result<usize>;
+    /// Device `index` (`0..init()`), made once.
+    fn device(&self, index: usize) -> Result<Self::Device>;
+    /// Whether a native image of a kind it claims is well formed for this backend (without
+    /// asking a device).
+    fn check_native(&self, image: &[u8], kind: &ImageKind) -> Result<()>;
+}
+
+/// Host memory an operation reads or writes; valid until the operation has run (the
+/// `copy_*_device` contracts of `GenericDevice`).
+#[derive(Debug, Clone, Copy)]
+pub struct HostPtr(pub *mut u8);
+
+// SAFETY: the `copy_*_device` contracts make the caller keep the memory valid and untouched
+// until the operation has run, which is what makes handing the pointer to a queue sound.
+unsafe impl Send for HostPtr {}
+
+/// One operation for a device to run.
+#[derive(Debug)]
+pub enum Op<'a, D: DeviceBackend> {
+    /// `len` host bytes at `src` to device memory at `dst`.
+    CopyToDevice {
+        /// Destination.
+        dst: DevicePtr,
+        /// Source.
+        src: HostPtr,
+        /// Bytes.
+        len: usize,
+    },
+    /// `len` device bytes at `src` to host memory at `dst`.
+    CopyFromDevice {
+        /// Destination.
+        dst: HostPtr,
+        /// Source.
+        src: DevicePtr,
+        /// Bytes.
+        len: usize,
+    },
+    /// `len` bytes between two device ranges (they may overlap).
+    CopyDeviceToDevice {
+        /// Destination.
+        dst: DevicePtr,
+        /// Source.
+        src: DevicePtr,
+        /// Bytes.
+        len: u64,
+    },
+    /// A kernel launch.
+    Launch {
+        /// The kernel.
+        kernel: &'a D::Kernel,
+        /// The program it belongs to.
+        program: &'a D::Program,
+        /// Its name.
+        name: &'a str,
+        /// Grid, block, dynamic shared memory.
+        dims: LaunchDims,
+        /// Arguments (already checked against the kernel's signature when one is known).
+        args: &'a [KernelArg],
+    },
+}
+
+/// One device of a backend: the hooks the layer calls. Every hook may assume the layer's
+/// checks: handles resolved, ranges inside live regions of this device, arguments matching a
+/// known signature, launch shapes within the device's limits.
+pub trait DeviceBackend: Send + Sync + Sized + 'static {
+    /// A loaded program.
+    type Program: Send + Sync + 'static;
+    /// A kernel of a program.
+    type Kernel: Send + Sync + 'static;
+    /// What a queue runs its operations on (a CUDA stream; `()` on the host).
+    type Stream: Send + Sync + 'static;
+
+    /// Name, compute-unit kind, features, memory and limits.
+    fn info(&self) -> Result<DeviceInfo>;
+    /// Called before every other hook, on the calling thread (make a driver context current).
+    fn enter(&self) -> Result<()> {
+        Ok(())
+    }
+    /// How bitcode becomes an image for this device: the JIT target and post-processing step;
+    /// `None` if the device loads no bitcode.
+    fn jit_target(&self) -> Option<(JitTarget, PostProcess)> {
+        None
+    }
+    /// How an image labelled `arch` (in a container) suits this device, when the label is not
+    /// the device's exact compute-unit kind. The default: unlabelled images are compatible.
+    fn fits(&self, arch: &str) -> Fit {
+        if arch.is_empty() || arch == "generic" {
+            Fit::Compatible
+        } else {
+            Fit::No(format!("built for '{arch}'"))
+        }
+    }
+    /// Whether this device runs a native image of a kind its plugin claims.
+    fn check_native(&self, image: &[u8], kind: &ImageKind) -> Result<()>;
+    /// Loads a native image (the JIT's output for bitcode).
+    fn load(&self, image: &[u8], kind: &ImageKind) -> Result<Self::Program>;
+    /// Looks up a kernel, with its parameter types when the image says them.
+    fn kernel(
+        &self,
+        program: &Self::Program,
+        name: &str,
+    ) -> Result<(Self::Kernel, Option<Vec<ParamType>>)>;
+    /// Looks up a global variable.
+    fn global(&self, program: &Self::Program, name: &str) -> Result<GlobalSymbol>;
+    /// Allocates `size` bytes (> 0).
+    fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr>;
+    /// Frees an allocation; called once, when no operation uses it any more.
+    fn free(&self, ptr: DevicePtr, size: u64);
+    /// Whether every non-null pointer argument must lie in a region the layer tracks (the
+    /// host: yes; a GPU whose kernels may receive pointers from elsewhere: no).
+    fn strict_pointers(&self) -> bool {
+        true
+    }
+    /// Makes what one queue runs on.
+    fn stream_create(&self) -> Result<Self::Stream>;
+    /// Runs `op` to completion on the calling thread (`stream`: the queue's, if it is queued).
+    fn execute(&self, op: Op<'_, Self>, stream: Option<&Self::Stream>) -> Result<()>;
+}
+
+/// Turns a backend into a plugin: `plugin_common::export_backend!(MyBackend::new);`.
+#[macro_export]
+macro_rules! export_backend {
+    ($ctor:expr) => {
+        $crate::offload_core::export_plugin!(|| $crate::Plugin::new($ctor()));
+    };
+}
+
+struct ProgramEntry<D: DeviceBackend> {
+    program: D::Program,
+    jit: Option<Arc<CompiledImage>>,
+}
+
+struct KernelEntry<D: DeviceBackend> {
+    program: Arc<ProgramEntry<D>>,
+    kernel: D::Kernel,
+    name: String,
+    params: Option<Vec<ParamType>>,
+}
+
+struct QueueEntry<D: DeviceBackend> {
+    queue: queue::Queue,
+    stream: Arc<D::Stream>,
+}
+
+fn same<A: ?Sized, B: ?Sized>(a: &Arc<A>, b: &Arc<B>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// A device of a plugin made with [`export_backend!`].
+pub struct Device<D: DeviceBackend> {
+    index: usize,
+    name: String,
+    backend: Arc<D>,
+    served: Arc<select::Served>,
+    jit: Arc<jit::Jit>,
+    compute_unit: OnceLock<String>,
+    programs: Table<Arc<ProgramEntry<D>>>,
+    kernels: Table<Arc<KernelEntry<D>>>,
+    queues: Table<Arc<QueueEntry<D>>>,
+    events: Table<Arc<queue::Event>>,
+    regions: Arc<Regions>,
+}
+
+impl<D: DeviceBackend> std::fmt::Debug for Device<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.name)
+    }
+}
+
+impl<D: DeviceBackend> Device<D> {
+    fn new(index: usize, backend: D, served: Arc<select::Served>, jit: Arc<jit::Jit>) -> Self {
+        let plugin = served.plugin;
+        Device {
+            index,
+            name: format!("{plugin}:{index}"),
+            backend: Arc::new(backend),
+            served,
+            jit,
+            compute_unit: OnceLock::new(),
+            programs: Table::new(plugin, index, Kind::Program),
+            kernels: Table::new(plugin, index, Kind::Kernel),
+            queues: Table::new(plugin, index, Kind::Queue),
+            events: Table::new(plugin, index, Kind::Event),
+            regions: Arc::default(),
+        }
+    }
+
+    /// The backend's device.
+    pub fn backend(&self) -> &D {
+        &self.backend
+    }
+
+    fn compute_unit(&self) -> Result<&str> {
+        if let Some(cu) = self.compute_unit.get() {
+            return Ok(cu);
+        }
+        let cu = self.backend.info()?.compute_unit_kind;
+        Ok(self.compute_unit.get_or_init(|| cu))
+    }
+
+    /// Runs `op` now, holding `hold`, or on `queue` in order with its other work.
+    fn run(
+        &self,
+        queue: Option<QueueHandle>,
+        hold: Hold,
+        op: impl FnOnce(&D, Option<&D::Stream>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        match queue {
+            None => {
+                let guards = hold.lock();
+                let result = op(&self.backend, None);
+                drop(guards);
+                result
+            }
+            Some(q) => {
+                let entry = self.queues.get(q.0)?;
+                let backend = self.backend.clone();
+                let stream = entry.stream.clone();
+                entry.queue.submit(
+                    Box::new(move |_| {
+                        backend.enter()?;
+                        let guards = hold.lock();
+                        let result = op(&backend, Some(&stream));
+                        drop(guards);
+                        drop(hold);
+                        result
+                    }),
+                    false,
+                )
+            }
+        }
+    }
+
+    fn pin(&self, hold: &mut Hold, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
+        hold.pin(self.regions.find(ptr, len, what, &self.name)?);
+        Ok(())
+    }
+}
+
+impl<D: DeviceBackend> GenericDevice for Device<D> {
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn info(&self) -> Result<DeviceInfo> {
+        self.backend.enter()?;
+        self.backend.info()
+    }
+
+    fn check_image(&self, image: &[u8]) -> Result<()> {
+        self.backend.enter()?;
+        let cu = self.compute_unit()?.to_string();
+        select::for_device(&self.served, &*self.backend, &self.name, &cu, image).map(|_| ())
+    }
+
+    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
+        self.backend.enter()?;
+        let cu = self.compute_unit()?.to_string();
+        let choice = select::for_device(&self.served, &*self.backend, &self.name, &cu, image)?;
+        let from = |e: Error| match &choice.entry {
+            Some(entry) => e.context(format!("container entry {entry}")),
+            None => e,
+        };
+        let entry = if choice.kind.is_jit_input() {
+            let (target, post) = self
+                .backend
+                .jit_target()
+                .ok_or_else(|| Error::Unsupported(format!("{} compiles no bitcode", self.name)))?;
+            let out = self
+                .jit
+                .compile(&CompileRequest {
+                    image: choice.bytes,
+                    target,
+                    post,
+                })
+                .map_err(from)?;
+            let kind = classify(&out.image.bytes).map_err(|e| e.context("JIT output"))?;
+            let program = self
+                .backend
+                .load(&out.image.bytes, &kind)
+                .map_err(|e| e.context("JIT output"))?;
+            ProgramEntry {
+                program,
+                jit: Some(out.image),
+            }
+        } else {
+            ProgramEntry {
+                program: self
+                    .backend
+                    .load(choice.bytes, &choice.kind)
+                    .map_err(from)?,
+                jit: None,
+            }
+        };
+        self.programs.insert(Arc::new(entry)).map(ProgramHandle)
+    }
+
+    fn unload_image(&self, program: ProgramHandle) -> Result<()> {
+        let entry = self.programs.remove(program.0)?;
+        self.kernels
+            .remove_where(|k| Arc::ptr_eq(&k.program, &entry));
+        self.regions.remove_globals(|p| same(p, &entry));
+        // The program itself goes when the last launch that holds it has run.
+        Ok(())
+    }
+
+    fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
+        self.backend.enter()?;
+        let entry = self.programs.get(program.0)?;
+        let (kernel, params) = self.backend.kernel(&entry.program, name)?;
+        let params = entry
+            .jit
+            .as_ref()
+            .and_then(|image| image.signatures.iter().find(|s| s.name == name))
+            .map(|s| s.params.clone())
+            .or(params);
+        self.kernels
+            .insert(Arc::new(KernelEntry {
+                program: entry,
+                kernel,
+                name: name.to_string(),
+                params,
+            }))
+            .map(KernelHandle)
+    }
+
+    fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
+        self.backend.enter()?;
+        let entry = self.programs.get(program.0)?;
+        let g = self.backend.global(&entry.program, name)?;
+        if g.size > 0 {
+            // Callers copy to and from globals, and pass them to kernels: they are regions
+            // of this device, and they keep their program loaded while work uses them.
+            let owner: Arc<dyn std::any::Any + Send + Sync> = entry;
+            self.regions
+                .insert(Region::new(g.ptr, g.size, RegionKind::Global(owner), None));
+        }
+        Ok(g)
+    }
+
+    fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
+        self.backend.enter()?;
+        let ptr = self.backend.alloc(size, kind)?;
+        let backend = self.backend.clone();
+        self.regions.insert(Region::new(
+            ptr,
+            size,
+            RegionKind::Allocation(kind),
+            Some(Box::new(move |p, s| {
+                let _ = backend.enter();
+                backend.free(p, s)
+            })),
+        ));
+        Ok(ptr)
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        self.regions.free(ptr, &self.name)
+    }
+
+    unsafe fn copy_to_device(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        self.backend.enter()?;
+        let mut hold = Hold::default();
+        self.pin(&mut hold, dst, len as u64, "copy to device")?;
+        let src = HostPtr(src as *mut u8);
+        self.run(queue, hold, move |b, stream| {
+            b.execute(Op::CopyToDevice { dst, src, len }, stream)
+        })
+    }
+
+    unsafe fn copy_from_device(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        self.backend.enter()?;
+        let mut hold = Hold::default();
+        self.pin(&mut hold, src, len as u64, "copy from device")?;
+        let dst = HostPtr(dst);
+        self.run(queue, hold, move |b, stream| {
+            b.execute(Op::CopyFromDevice { dst, src, len }, stream)
+        })
+    }
+
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        self.backend.enter()?;
+        let mut hold = Hold::default();
+        self.pin(&mut hold, src, len, "device copy source")?;
+        self.pin(&mut hold, dst, len, "device copy destination")?;
+        self.run(queue, hold, move |b, stream| {
+            b.execute(Op::CopyDeviceToDevice { dst, src, len }, stream)
+        })
+    }
+
+    fn launch(
+        &self,
+        kernel: KernelHandle,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        self.backend.enter()?;
+        let k = self.kernels.get(kernel.0)?;
+        if let Some(params) = &k.params {
+            args::check(&k.name, params, args)?;
+        }
+        let mut hold = Hold::default();
+        for (i, a) in args.iter().enumerate() {
+            let KernelArg::Ptr(p) = a else { continue };
+            if p.0 == 0 {
+                continue;
+            }
+            match self.regions.find(*p, 0, "", &self.name) {
+                Ok(region) => hold.pin(region),
+                Err(_) if !self.backend.strict_pointers() => {}
+                Err(_) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "kernel '{}' argument {i}: pointer {p} is not inside any live allocation \
+                         or global of {}",
+                        k.name, self.name
+                    )));
+                }
+            }
+        }
+        hold.keep(k.clone());
+        let (dims, args) = (*dims, args.to_vec());
+        self.run(queue, hold, move |b, stream| {
+            b.execute(
+                Op::Launch {
+                    kernel: &k.kernel,
+                    program: &k.program.program,
+                    name: &k.name,
+                    dims,
+                    args: &args,
+                },
+                stream,
+            )
+        })
+    }
+
+    fn queue_create(&self) -> Result<QueueHandle> {
+        self.backend.enter()?;
+        let stream = Arc::new(self.backend.stream_create()?);
+        // The handle is not known before the insert; the thread is named by a serial.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let queue = queue::Queue::new(format!("queue {n} of {}", self.name))?;
+        self.queues
+            .insert(Arc::new(QueueEntry { queue, stream }))
+            .map(QueueHandle)
+    }
+
+    fn queue_synchronize(&self, queue: QueueHandle) -> Result<()> {
+        self.queues.get(queue.0)?.queue.synchronize()
+    }
+
+    fn queue_destroy(&self, queue: QueueHandle) -> Result<()> {
+        self.queues.remove(queue.0)?.queue.shutdown()
+    }
+
+    fn event_create(&self) -> Result<EventHandle> {
+        self.events
+            .insert(Arc::new(queue::Event::default()))
+            .map(EventHandle)
+    }
+
+    fn event_record(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        let e = self.events.get(event.0)?;
+        e.record(&self.queues.get(queue.0)?.queue)
+    }
+
+    fn event_wait(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        let e = self.events.get(event.0)?;
+        e.wait_on(&self.queues.get(queue.0)?.queue)
+    }
+
+    fn event_synchronize(&self, event: EventHandle) -> Result<()> {
+        self.events.get(event.0)?.synchronize()
+    }
+
+    fn event_query(&self, event: EventHandle) -> Result<bool> {
+        Ok(self.events.get(event.0)?.query())
+    }
+
+    fn event_destroy(&self, event: EventHandle) -> Result<()> {
+        self.events.remove(event.0).map(drop)
+    }
+}
+
+/// A plugin made from a [`Backend`] (see [`export_backend!`]).
+pub struct Plugin<B: Backend> {
+    backend: B,
+    served: Arc<select::Served>,
+    jit: Arc<jit::Jit>,
+    devices: Mutex<Vec<Option<LayerDevice<B>>>>,
+}
+
+/// A device of a plugin made from backend `B`.
+pub type LayerDevice<B> = Arc<Device<<B as Backend>::Device>>;
+
+impl<B: Backend> std::fmt::Debug for Plugin<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plugin({})", self.backend.name())
+    }
+}
+
+impl<B: Backend> Plugin<B> {
+    /// Wraps a backend (cheap: nothing is initialised).
+    pub fn new(backend: B) -> Self {
+        let served = Arc::new(select::Served {
+            plugin: backend.name(),
+            triple: backend.target_triple(),
+            claims: backend.claims(),
+        });
+        let jit = Arc::new(jit::Jit::new(backend.name()));
+        Plugin {
+            backend,
+            served,
+            jit,
+            devices: Mutex::default(),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The layer's device `index` (for backends' own tests).
+    pub fn layer_device(&self, index: usize) -> Result<Arc<Device<B::Device>>> {
+        let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        if devices.len() <= index {
+            devices.resize_with(index + 1, || None);
+        }
+        if let Some(d) = &devices[index] {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(Device::new(
+            index,
+            self.backend.device(index)?,
+            self.served.clone(),
+            self.jit.clone(),
+        ));
+        devices[index] = Some(d.clone());
+        Ok(d)
+    }
+}
+
+impl<B: Backend> GenericPlugin for Plugin<B> {
+    fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    fn elf_machine(&self) -> u16 {
+        self.backend.elf_machine()
+    }
+
+    fn target_triple(&self) -> &str {
+        self.backend.target_triple()
+    }
+
+    fn init(&self) -> Result<usize> {
+        self.backend.init()
+    }
+
+    fn check_image(&self, image: &[u8]) -> Result<()> {
+        select::check_plugin(&self.served, |b, k| self.backend.check_native(b, k), image)
+    }
+
+    fn image_claims(&self) -> Vec<ImageClaim> {
+        self.served.claims.clone()
+    }
+
+    fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {
+        Ok(self.layer_device(index)? as Arc<dyn GenericDevice>)
+    }
+
+    fn jit_stats(&self) -> Option<JitStats> {
+        self.jit.stats()
+    }
+
+    fn set_jit_service(&self, service: Arc<dyn JitService>) -> Result<()> {
+        if !self
+            .served
+            .claims
+            .iter()
+            .any(|c| matches!(c, ImageClaim::Bitcode { .. }))
+        {
+            return Err(Error::Unsupported(format!(
+                "plugin '{}' compiles no bitcode",
+                self.backend.name()
+            )));
+        }
+        self.jit.offer(service);
+        Ok(())
+    }
+}
