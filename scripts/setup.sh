@@ -17,8 +17,35 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# ptxas for the CUDA backend's tests (no GPU needed): the nvidia-cuda-nvcc-cu12 wheel from PyPI
+# carries bin/ptxas. Only that file is kept, in .tools/cuda (ignored by git).
+PTXAS_WHEEL_VERSION=12.9.86
+root="$(cd "$(dirname "$0")/.." && pwd)"
+ptxas="$root/.tools/cuda/nvidia/cuda_nvcc/bin/ptxas"
+if [ ! -x "$ptxas" ]; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "setup: installing python3-pip (apt), to download the ptxas wheel"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip >/dev/null
+  fi
+  echo "setup: installing ptxas from the nvidia-cuda-nvcc-cu12==$PTXAS_WHEEL_VERSION wheel (PyPI) into .tools/cuda"
+  wheel_dir=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --dest "$wheel_dir" "nvidia-cuda-nvcc-cu12==$PTXAS_WHEEL_VERSION"
+  python3 - "$wheel_dir" "$root/.tools/cuda" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    path = z.extract("nvidia/cuda_nvcc/bin/ptxas", sys.argv[2])
+os.chmod(path, 0o755)
+PY
+  rm -rf "$wheel_dir"
+  "$ptxas" --version | tail -n 2
+fi
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest (crates.io)"
   cargo install cargo-nextest --locked --quiet
 fi
-echo "setup: ok (clang-19, ld.lld-19, llvm-19, libffi, cargo-nextest present)"
+echo "setup: ok (clang-19, ld.lld-19, llvm-19, libffi, ptxas in .tools/cuda, cargo-nextest present)"

@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
+# The ptxas the setup installed, as a CUDA installation would put it on PATH.
+export PATH="$PWD/.tools/cuda/nvidia/cuda_nvcc/bin:$PATH"
 
 step() { printf '\n== %s\n' "$*"; }
 fail=0
@@ -45,11 +47,22 @@ run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'pack
 run_group layer   -p plugin-common
 run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
+# The CUDA GPU tests are #[ignore]d; they run where `offload info` lists a CUDA device.
+cuda_state=$(target/debug/offload info --json 2>/dev/null | python3 -c '
+import json, sys
+p = next((p for p in json.load(sys.stdin)["plugins"] if p["name"] == "cuda"), None)
+if p is None: print("skip the cuda plugin was not found")
+elif p["status"] == "ok": print("gpu " + ", ".join(d.get("name", "?") + " (" + d.get("compute_unit", "?") + ")" for d in p["devices"]))
+else: print("skip " + (p.get("reason") or p["status"]))
+' 2>/dev/null || echo "skip offload info failed")
+cuda_gpu=()
+if [ "${cuda_state%% *}" = gpu ]; then cuda_gpu=(--run-ignored all); fi
+run_group cuda    "${cuda_gpu[@]}" -p plugin-cuda -p offload-tests -E 'package(plugin-cuda) | binary(cuda) | binary(cuda_fake_driver) | binary(cuda_mutations)'
 
 # Every test of the workspace must belong to some group: a test no group runs is a test CI
 # never runs.
-listed=$(cargo nextest list --workspace --message-format oneline 2>/dev/null | grep -c .)
-ran=$((total_passed + total_failed))
+listed=$(cargo nextest list --workspace --run-ignored all --message-format oneline 2>/dev/null | grep -c .)
+ran=$((total_passed + total_failed + total_skipped))
 if [ "$listed" -ne "$ran" ]; then
   echo "the groups ran $ran tests but the workspace has $listed: a test belongs to no group"
   fail=1
@@ -58,7 +71,14 @@ fi
 step "per-plugin summary"
 printf '%-12s %6s %6s %6s   %s\n' plugin passed failed skipped "what ran"
 for r in "${rows[@]}"; do echo "$r"; done
-printf '%-12s %6s %6s %6s   %s\n' cuda - - - "not run: no plugin-cuda crate yet (CUDA backend issue)"
+echo "cuda: ran up to the driver everywhere: real ptxas cubins and the plugin's SM checks, fatbin selection,"
+echo "      the no-driver and stub-driver paths, the device path against a fake driver (tests/fake-cuda), mutants"
+if [ "${cuda_state%% *}" = gpu ]; then
+  echo "      GPU tests ran on: ${cuda_state#gpu }"
+else
+  echo "      GPU tests skipped (counted above): ${cuda_state#skip }"
+  echo "      on a machine with an NVIDIA GPU they run here, and in scripts/gpu-check-cuda.sh"
+fi
 printf '%-12s %6s %6s %6s   %s\n' amdgpu - - - "not run: no plugin-amdgpu crate yet (AMDGPU backend issue)"
 echo "(jit: the engine, its client and the worker process, incl. PTX/AMDGPU/x86-64 oracle tests against"
 echo " opt-19|llc-19 through the worker, and the isolation tests: LLVM aborts, memory bombs, runaway compiles,"

@@ -4,6 +4,8 @@
 //! The tests expect `cargo build --workspace` (or `cargo test --workspace`) to have built the
 //! plugins and the binary; a missing artefact fails with a message that says so.
 
+pub mod cuda_check;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -258,4 +260,96 @@ pub fn run_which(device: &offload::Device, out: &offload::DeviceBuffer, image: &
     raw.chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
         .collect()
+}
+
+/// The LLVM triple of CUDA devices.
+pub const NVPTX: &str = "nvptx64-nvidia-cuda";
+
+/// The `ptxas` the test command installs (scripts/setup.sh, from the PyPI wheel).
+pub fn ptxas() -> PathBuf {
+    let p = repo_root().join(".tools/cuda/nvidia/cuda_nvcc/bin/ptxas");
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/setup.sh (it installs ptxas from PyPI)",
+        p.display()
+    );
+    p
+}
+
+/// nvptx64 bitcode of `kernels/<kernel>.c` for `sm`.
+pub fn nvptx_bitcode(kernel: &str, sm: &str) -> PathBuf {
+    kernel_ir(kernel, &["-target", NVPTX, &format!("-march={sm}")], "bc")
+}
+
+/// `offload jit` of `input` for nvptx64 `cpu` with the test's ptxas (a cubin; PTX with
+/// `--emit-ptx` in `extra`); the output's bytes.
+pub fn nvptx_jit(input: &Path, cpu: &str, extra: &[&str], tag: &str) -> Vec<u8> {
+    let out = scratch("cuda-jit").join(format!("{tag}.out"));
+    let mut args = vec![
+        "jit",
+        input.to_str().unwrap(),
+        "--target",
+        NVPTX,
+        "--cpu",
+        cpu,
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let ptxas = ptxas();
+    let o = offload(&args, &[("OFFLOAD_PTXAS", ptxas.to_str().unwrap())]);
+    assert!(o.status.success(), "{tag}: {}", stderr(&o));
+    std::fs::read(out).unwrap()
+}
+
+/// `ptxas -arch=<arch>` of PTX text: the cubin's bytes.
+pub fn ptxas_cubin(ptx: &[u8], arch: &str, tag: &str) -> Vec<u8> {
+    let dir = scratch("cuda-cubins");
+    let input = dir.join(format!("{tag}.ptx"));
+    let cubin = dir.join(format!("{tag}-{arch}.cubin"));
+    std::fs::write(&input, ptx).unwrap();
+    let out = Command::new(ptxas())
+        .arg(format!("-arch={arch}"))
+        .arg(&input)
+        .arg("-o")
+        .arg(&cubin)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptxas -arch={arch}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(cubin).unwrap()
+}
+
+/// The fake CUDA driver (`tests/fake-cuda/fake_cuda.c`: a driver without a GPU that checks
+/// the driver's contracts and logs launches), built once per test process.
+pub fn fake_cuda_driver() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let src = repo_root().join("tests/fake-cuda/fake_cuda.c");
+        let lib = scratch("fake-cuda").join("libcuda_fake.so");
+        clang(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-pthread",
+            src.to_str().unwrap(),
+            "-o",
+            lib.to_str().unwrap(),
+        ]);
+        lib
+    })
+    .clone()
+}
+
+/// The entry of plugin `name` in `offload info --json` output.
+pub fn plugin_json<'a>(info: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    info["plugins"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == name))
+        .unwrap_or_else(|| panic!("plugin '{name}' is not in {info}"))
 }

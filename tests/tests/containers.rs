@@ -9,7 +9,7 @@ use std::process::Command;
 fn host_cpu() -> String {
     let out = offload(&["info", "--json"], &[]);
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    json["plugins"][0]["devices"][0]["compute_unit"]
+    plugin_json(&json, "host")["devices"][0]["compute_unit"]
         .as_str()
         .unwrap()
         .to_string()

@@ -95,7 +95,11 @@ fn the_seed_001_scenario_a_freed_bitcode_address_never_returns_the_old_program()
 
 #[test]
 fn bitcode_is_routed_by_triple() {
-    let rt = offload::Runtime::with_plugin_dirs(&[testdev_plugin_dir(), host_plugin_dir()], None);
+    // Without the cuda plugin, which would claim the nvptx64 bitcode (tests/tests/cuda.rs).
+    let rt = offload::Runtime::with_plugin_dirs(
+        &[testdev_plugin_dir(), host_plugin_dir()],
+        Some(&["testdev".to_string(), "host".to_string()]),
+    );
     let host_bc = std::fs::read(host_bitcode("saxpy")).unwrap();
     assert_eq!(rt.route(&host_bc).unwrap().to_string(), "host:0");
     let ptx_bc = std::fs::read(kernel_ir(
@@ -200,7 +204,7 @@ fn bad_jit_settings_name_the_variable() {
         // the JIT's configuration error.
         let info = offload(&["info", "--json"], &[(var, value)]);
         let json: serde_json::Value = serde_json::from_str(&stdout(&info)).unwrap();
-        assert_eq!(json["plugins"][0]["status"], "ok");
+        assert_eq!(plugin_json(&json, "host")["status"], "ok");
         assert!(
             json["jit"]["error"].as_str().unwrap().contains(var),
             "{json}"
@@ -251,15 +255,16 @@ fn bad_jit_settings_name_the_variable() {
 #[test]
 fn offload_jit_writes_what_the_plugin_would_load() {
     let dir = scratch("offload-jit-cmd");
-    // NVPTX: PTX text.
+    // NVPTX without ptxas: PTX text, as the plugin would hand it to the driver, and a note
+    // saying why (with ptxas it is a cubin: tests/tests/cuda.rs).
     let ptx_bc = kernel_ir(
         "saxpy",
         &["-target", "nvptx64-nvidia-cuda", "-march=sm_90"],
         "bc",
     );
     let ptx = dir.join("saxpy.ptx");
-    let out = offload(
-        &[
+    let jit_ptx = |extra: &[&str], envs: &[(&str, &str)]| {
+        let mut args = vec![
             "jit",
             ptx_bc.to_str().unwrap(),
             "--target",
@@ -270,16 +275,30 @@ fn offload_jit_writes_what_the_plugin_would_load() {
             "2",
             "-o",
             ptx.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("PTX text"), "{}", stdout(&out));
-    let text = std::fs::read_to_string(&ptx).unwrap();
-    assert!(
-        text.contains(".target sm_80") && text.contains(".visible .entry saxpy("),
-        "{text}"
-    );
+        ];
+        args.extend_from_slice(extra);
+        let out = offload(&args, envs);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = std::fs::read_to_string(&ptx).unwrap();
+        assert!(
+            text.contains(".target sm_80") && text.contains(".visible .entry saxpy("),
+            "{text}"
+        );
+        stdout(&out)
+    };
+    if !std::path::Path::new("/usr/local/cuda/bin/ptxas").exists() {
+        let said = jit_ptx(
+            &[],
+            &[
+                ("PATH", "/usr/bin:/bin"),
+                ("CUDA_HOME", "/nonexistent"),
+                ("CUDA_PATH", "/nonexistent"),
+            ],
+        );
+        assert!(said.contains("PTX text; no ptxas found"), "{said}");
+    }
+    let said = jit_ptx(&["--emit-ptx"], &[]);
+    assert!(said.contains("PTX text"), "{said}");
 
     // AMDGPU: a linked code object whose kernel stays global.
     let amd_bc = kernel_ir(

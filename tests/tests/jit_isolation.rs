@@ -80,7 +80,7 @@ fn codegen_abort_ir() -> String {
 fn host_features() -> String {
     let out = offload(&["info", "--json"], &[]);
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    json["plugins"][0]["devices"][0]["target_features"]
+    plugin_json(&json, "host")["devices"][0]["target_features"]
         .as_str()
         .unwrap()
         .to_string()

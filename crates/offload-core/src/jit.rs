@@ -94,6 +94,15 @@ pub enum PostProcess {
         /// The gfx target (`gfx90a`).
         gfx: String,
     },
+    /// Assemble PTX into a cubin with NVIDIA's `ptxas` (`-arch=<arch> -O<JIT opt level>`).
+    Ptxas {
+        /// The `ptxas` executable the plugin found.
+        path: String,
+        /// Its `--version` (part of the key: another ptxas makes another cubin).
+        version: String,
+        /// The SM (`sm_90a`).
+        arch: String,
+    },
 }
 
 impl PostProcess {
@@ -105,6 +114,7 @@ impl PostProcess {
             PostProcess::LinkAmdgpuCodeObject { gfx } => {
                 format!("lld-shared --no-undefined -plugin-opt=mcpu={gfx}")
             }
+            PostProcess::Ptxas { version, arch, .. } => format!("ptxas -arch={arch} ({version})"),
         }
     }
 
@@ -115,6 +125,7 @@ impl PostProcess {
             PostProcess::Unchanged => "object file",
             PostProcess::LinkHostSharedObject => "linked shared object",
             PostProcess::LinkAmdgpuCodeObject { .. } => "linked AMDGPU code object",
+            PostProcess::Ptxas { .. } => "cubin (assembled by ptxas)",
         }
     }
 }
@@ -414,6 +425,13 @@ impl PostProcess {
             PostProcess::LinkAmdgpuCodeObject { gfx } => {
                 w.u8(2).str(gfx);
             }
+            PostProcess::Ptxas {
+                path,
+                version,
+                arch,
+            } => {
+                w.u8(3).str(path).str(version).str(arch);
+            }
         }
     }
     /// Reads the encoding.
@@ -422,6 +440,11 @@ impl PostProcess {
             0 => PostProcess::Unchanged,
             1 => PostProcess::LinkHostSharedObject,
             2 => PostProcess::LinkAmdgpuCodeObject { gfx: r.str()? },
+            3 => PostProcess::Ptxas {
+                path: r.str()?,
+                version: r.str()?,
+                arch: r.str()?,
+            },
             v => return Err(bad(r, format!("post-processing step {v}"))),
         })
     }

@@ -53,6 +53,12 @@ pub trait GenericPlugin: Send + Sync {
     /// Device `index` (`0..init()`). The ABI layer checks the range before calling.
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>>;
 
+    /// Facts about the plugin for users (`offload info`): which driver library it loaded,
+    /// which assembler it uses, and the like, as `(key, value)` pairs.
+    fn properties(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Counters of the plugin's own JIT client; `None` for a plugin without one (or one that
     /// uses the runtime's, which keeps the counters itself).
     fn jit_stats(&self) -> Option<JitStats> {

@@ -18,6 +18,7 @@
 pub mod cache;
 pub mod config;
 pub mod inprocess;
+pub mod ptxas;
 pub mod worker;
 
 pub use cache::{Cache, CompileError, KeyBuilder};
@@ -314,12 +315,12 @@ fn save_image(
     request: &CompileRequest<'_>,
     output: &CompileOutput,
 ) -> Result<()> {
-    let ext = if request.target.triple.starts_with("nvptx")
-        && request.post == offload_core::jit::PostProcess::Unchanged
-    {
-        "ptx"
-    } else {
-        "img"
+    let ext = match &request.post {
+        offload_core::jit::PostProcess::Unchanged if request.target.triple.starts_with("nvptx") => {
+            "ptx"
+        }
+        offload_core::jit::PostProcess::Ptxas { .. } => "cubin",
+        _ => "img",
     };
     OutputPath {
         variable: dir.variable.clone(),

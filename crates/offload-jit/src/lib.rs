@@ -51,7 +51,7 @@ pub fn host_cpu() -> (String, String) {
 pub fn compile_request(request: &WorkerRequest<'_>) -> Result<CompileOutput> {
     let generated = compile::compile(request.image, &request.target, &request.options)?;
     Ok(CompileOutput {
-        bytes: postprocess::run(&request.post, generated.bytes)?,
+        bytes: postprocess::run(&request.post, generated.bytes, request.options.opt_level)?,
         signatures: generated.signatures,
     })
 }

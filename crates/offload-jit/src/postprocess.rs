@@ -1,5 +1,6 @@
 //! Post-processing of generated code: what turns the code generator's output into what a
-//! device loads (see [`PostProcess`]). Runs in the worker.
+//! device loads (see [`PostProcess`]). Runs in the worker. NVIDIA's `ptxas` is run the same
+//! way as the linker: PTX in through a memfd, the cubin out on its stdout.
 //!
 //! Linking uses `ld.lld` without any file: the object goes in through a sealed, anonymous
 //! `memfd` that the linker opens as `/proc/self/fd/N`, and the linked image comes back on the
@@ -166,9 +167,55 @@ fn link(object: &[u8], args: &[String]) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// Runs `post` on the generated code.
-pub fn run(post: &PostProcess, generated: Vec<u8>) -> Result<Vec<u8>> {
+/// `ptxas -arch=ARCH -O<opt> -o /dev/stdout /proc/self/fd/N`, with the PTX in a memfd.
+fn ptxas(path: &str, arch: &str, opt: u8, ptx: &[u8]) -> Result<Vec<u8>> {
+    use std::os::unix::process::CommandExt;
+    let fd = sealed_memfd(ptx)?;
+    let raw = fd.as_raw_fd();
+    let mut cmd = Command::new(path);
+    cmd.arg(format!("-arch={arch}"))
+        .arg(format!("-O{opt}"))
+        .args(["-o", "/dev/stdout"])
+        .arg(format!("/proc/self/fd/{raw}"))
+        .stdin(Stdio::null());
+    // SAFETY: as for the linker: fcntl and prctl in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| Error::System(format!("running ptxas '{path}': {e}")))?;
+    drop(fd);
+    if !out.status.success() || out.stdout.is_empty() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(6)
+            .collect();
+        return Err(Error::CompileFailure(format!(
+            "assembling the PTX with '{path}' -arch={arch} -O{opt} failed ({}): {}",
+            out.status,
+            if lines.is_empty() {
+                "no output".to_string()
+            } else {
+                lines.join("; ")
+            }
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// Runs `post` on the generated code; `opt` is the JIT's optimisation level.
+pub fn run(post: &PostProcess, generated: Vec<u8>, opt: u8) -> Result<Vec<u8>> {
     match post {
+        PostProcess::Ptxas { path, arch, .. } => ptxas(path, arch, opt, &generated),
         PostProcess::Unchanged => Ok(generated),
         PostProcess::LinkHostSharedObject => link(&generated, &[]),
         PostProcess::LinkAmdgpuCodeObject { gfx } => link(

@@ -326,6 +326,9 @@ impl Runtime {
         for slot in serving {
             match slot.pick_device(image) {
                 Ok(device) => return Ok(device),
+                Err(e @ Error::NoDevice(_)) => {
+                    first_error.get_or_insert(e);
+                }
                 Err(e) => {
                     first_error.get_or_insert(e.context(format!("plugin '{}'", slot.name)));
                 }
@@ -338,11 +341,27 @@ impl Runtime {
     /// each one's reason.
     fn route_by_asking(&self, image: &[u8], what: &str) -> Result<Device> {
         let mut reasons = Vec::new();
+        let mut no_device = None;
         for slot in self.slots.iter().filter(|s| s.plugin().is_some()) {
             match slot.pick_device(image) {
                 Ok(device) => return Ok(device),
+                Err(e @ Error::NoDevice(_)) => {
+                    no_device.get_or_insert(e);
+                }
                 Err(e) => reasons.push(format!("{}: {}", slot.name, e.message())),
             }
+        }
+        // A plugin that can run the image but has no device is the answer users need, with
+        // why the others cannot run it.
+        if let Some(Error::NoDevice(why)) = no_device {
+            return Err(Error::NoDevice(if reasons.is_empty() {
+                why
+            } else {
+                format!(
+                    "{why}; and no other loaded plugin {what} ({})",
+                    reasons.join("; ")
+                )
+            }));
         }
         Err(Error::Unsupported(format!(
             "no loaded plugin {what} ({})",
@@ -370,18 +389,26 @@ impl Runtime {
 }
 
 impl PluginSlot {
-    /// The first device of this plugin that accepts `image`, after the plugin-level check.
+    /// The first device of this plugin that accepts `image`, after the plugin-level check. A
+    /// plugin that can run the image but has no device says so (`NoDevice`, with its reason).
     fn pick_device(&self, image: &[u8]) -> Result<Device> {
         let plugin = self
             .plugin()
             .ok_or_else(|| Error::PluginLoad(format!("plugin '{}' is not loaded", self.name)))?;
-        // Initialise before asking: a plugin's compatibility check may need its state (the
-        // JIT engine reads the image's triple).
-        let count = self.device_count()?;
         plugin.check_image(image)?;
+        let count = match self.device_count() {
+            Ok(n) => n,
+            Err(Error::NoDevice(why)) => {
+                return Err(Error::NoDevice(format!(
+                    "plugin '{}' can run this image but has no device: {why}",
+                    self.name
+                )));
+            }
+            Err(e) => return Err(e),
+        };
         if count == 0 {
             return Err(Error::NoDevice(format!(
-                "plugin '{}' can run this image but has no devices",
+                "plugin '{}' can run this image but reports 0 devices",
                 self.name
             )));
         }

@@ -79,6 +79,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether a native image of a kind it claims is well formed for this backend (without
     /// asking a device).
     fn check_native(&self, image: &[u8], kind: &ImageKind) -> Result<()>;
+    /// Facts for `offload info` (driver library, assembler, ...).
+    fn properties(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// Host memory an operation reads or writes; valid until the operation has run (the
@@ -176,12 +180,19 @@ pub trait DeviceBackend: Send + Sync + Sized + 'static {
         program: &Self::Program,
         name: &str,
     ) -> Result<(Self::Kernel, Option<Vec<ParamType>>)>;
+    /// Checks a launch's arguments against what the device itself knows of the kernel's
+    /// parameters (a driver's parameter sizes), beyond the image's signature that the layer
+    /// checks; called before the launch is queued. The default knows nothing more.
+    fn check_launch(&self, kernel: &Self::Kernel, name: &str, args: &[KernelArg]) -> Result<()> {
+        let _ = (kernel, name, args);
+        Ok(())
+    }
     /// Looks up a global variable.
     fn global(&self, program: &Self::Program, name: &str) -> Result<GlobalSymbol>;
     /// Allocates `size` bytes (> 0).
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr>;
-    /// Frees an allocation; called once, when no operation uses it any more.
-    fn free(&self, ptr: DevicePtr, size: u64);
+    /// Frees an allocation of `kind`; called once, when no operation uses it any more.
+    fn free(&self, ptr: DevicePtr, size: u64, kind: MemoryKind);
     /// Whether every non-null pointer argument must lie in a region the layer tracks (the
     /// host: yes; a GPU whose kernels may receive pointers from elsewhere: no).
     fn strict_pointers(&self) -> bool {
@@ -424,7 +435,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
             RegionKind::Allocation(kind),
             Some(Box::new(move |p, s| {
                 let _ = backend.enter();
-                backend.free(p, s)
+                backend.free(p, s, kind)
             })),
         ));
         Ok(ptr)
@@ -494,6 +505,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         if let Some(params) = &k.params {
             args::check(&k.name, params, args)?;
         }
+        self.backend.check_launch(&k.kernel, &k.name, args)?;
         let mut hold = Hold::default();
         for (i, a) in args.iter().enumerate() {
             let KernelArg::Ptr(p) = a else { continue };
@@ -579,7 +591,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
 
 /// A plugin made from a [`Backend`] (see [`export_backend!`]).
 pub struct Plugin<B: Backend> {
-    backend: B,
+    backend: Arc<B>,
     served: Arc<select::Served>,
     jit: Arc<jit::Jit>,
     devices: Mutex<Vec<Option<LayerDevice<B>>>>,
@@ -597,10 +609,15 @@ impl<B: Backend> std::fmt::Debug for Plugin<B> {
 impl<B: Backend> Plugin<B> {
     /// Wraps a backend (cheap: nothing is initialised).
     pub fn new(backend: B) -> Self {
+        let backend = Arc::new(backend);
+        let checker = backend.clone();
         let served = Arc::new(select::Served {
             plugin: backend.name(),
             triple: backend.target_triple(),
             claims: backend.claims(),
+            native: Arc::new(move |bytes: &[u8], kind: &ImageKind| {
+                checker.check_native(bytes, kind)
+            }),
         });
         let jit = Arc::new(jit::Jit::new(backend.name()));
         Plugin {
@@ -654,11 +671,15 @@ impl<B: Backend> GenericPlugin for Plugin<B> {
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
-        select::check_plugin(&self.served, |b, k| self.backend.check_native(b, k), image)
+        select::check_plugin(&self.served, image)
     }
 
     fn image_claims(&self) -> Vec<ImageClaim> {
         self.served.claims.clone()
+    }
+
+    fn properties(&self) -> Vec<(String, String)> {
+        self.backend.properties()
     }
 
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>> {

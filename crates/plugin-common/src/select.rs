@@ -9,9 +9,13 @@ use crate::{DeviceBackend, Fit};
 use offload_core::image::ImageKind;
 use offload_core::triple::triples_match;
 use offload_core::{Error, ImageClaim, Result, classify, container};
+use std::sync::Arc;
+
+/// The plugin-level check of a native image ([`crate::Backend::check_native`]).
+pub type NativeCheck = Arc<dyn Fn(&[u8], &ImageKind) -> Result<()> + Send + Sync>;
 
 /// What a plugin serves, for the checks.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Served {
     /// The plugin's name.
     pub plugin: &'static str,
@@ -19,6 +23,19 @@ pub struct Served {
     pub triple: &'static str,
     /// Its claims.
     pub claims: Vec<ImageClaim>,
+    /// The plugin's own check of a native image's structure, which every native image passes
+    /// before a device's check sees it, whichever door it came in by.
+    pub native: NativeCheck,
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served")
+            .field("plugin", &self.plugin)
+            .field("triple", &self.triple)
+            .field("claims", &self.claims)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Served {
@@ -94,11 +111,8 @@ pub struct Choice<'a> {
 }
 
 /// Plugin-level check: some device of the plugin could load this (without asking a device).
-pub fn check_plugin(
-    served: &Served,
-    native_ok: impl Fn(&[u8], &ImageKind) -> Result<()>,
-    bytes: &[u8],
-) -> Result<()> {
+pub fn check_plugin(served: &Served, bytes: &[u8]) -> Result<()> {
+    let native_ok = |b: &[u8], k: &ImageKind| (served.native)(b, k);
     if let Some(c) = container::parse(bytes)? {
         let mut reasons = Vec::new();
         for e in &c.entries {
@@ -158,7 +172,10 @@ pub fn for_device<'a, D: DeviceBackend>(
     let Some(c) = container::parse(bytes)? else {
         single(
             served,
-            &|b: &[u8], k: &ImageKind| device.check_native(b, k),
+            &|b: &[u8], k: &ImageKind| {
+                (served.native)(b, k)?;
+                device.check_native(b, k)
+            },
             bytes,
         )?;
         return Ok(Choice {
@@ -220,7 +237,9 @@ pub fn for_device<'a, D: DeviceBackend>(
                 }
             }
         };
-        if let Err(err) = device.check_native(e.bytes, &kind) {
+        if let Err(err) =
+            (served.native)(e.bytes, &kind).and_then(|()| device.check_native(e.bytes, &kind))
+        {
             reasons.push(format!("{label}: {}", err.message()));
             continue;
         }

@@ -191,7 +191,7 @@ impl DeviceBackend for HostDevice {
         result
     }
 
-    fn free(&self, ptr: DevicePtr, size: u64) {
+    fn free(&self, ptr: DevicePtr, size: u64, _kind: MemoryKind) {
         if let Ok(layout) = layout(size) {
             // SAFETY: `ptr` was returned by `alloc_zeroed` with this layout; the layer calls
             // `free` once, after the last operation using the memory has run.

@@ -137,6 +137,13 @@ impl Backend for HostBackend {
     fn check_native(&self, image: &[u8], _kind: &ImageKind) -> Result<()> {
         ElfImage::parse(image, &requirements()).map(|_| ())
     }
+
+    fn properties(&self) -> Vec<(String, String)> {
+        vec![(
+            "bitcode".into(),
+            "JIT to an object for the host CPU, linked into a shared object".into(),
+        )]
+    }
 }
 
 offload_plugin_common::export_backend!(HostBackend::new);

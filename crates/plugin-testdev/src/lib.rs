@@ -166,7 +166,7 @@ impl DeviceBackend for TestDevice {
             .insert(addr, buf);
         Ok(DevicePtr(addr))
     }
-    fn free(&self, ptr: DevicePtr, _size: u64) {
+    fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
         self.memory
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -178,6 +178,7 @@ pub fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
         event_synchronize: Some(abi_event_synchronize),
         event_query: Some(abi_event_query),
         event_destroy: Some(abi_event_destroy),
+        plugin_properties: Some(abi_plugin_properties),
     }))
 }
 
@@ -814,6 +815,25 @@ unsafe extern "C" fn abi_event_destroy(ctx: Ctx, dev: u32, event: u64, err: Err)
     unsafe {
         guarded(ctx, err, |s| {
             s.device(dev)?.device.event_destroy(EventHandle(event))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_plugin_properties(ctx: Ctx, out: *const AbiStringOut, err: Err) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            if out.is_null() {
+                return Err(Error::InvalidArgument("output pointer is null".into()));
+            }
+            let text: String = s
+                .plugin
+                .properties()
+                .iter()
+                .map(|(k, v)| format!("{}={}\n", k.replace(['=', '\n'], " "), v.replace('\n', " ")))
+                .collect();
+            write_str(out, &text);
+            Ok(())
         })
     }
 }

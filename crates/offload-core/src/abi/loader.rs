@@ -378,6 +378,24 @@ impl GenericPlugin for LoadedPlugin {
         }
     }
 
+    fn properties(&self) -> Vec<(String, String)> {
+        let t = &self.table;
+        let Some(f) = t.plugin_properties else {
+            return Vec::new();
+        };
+        let mut text = String::new();
+        let sink = string_sink(&mut text);
+        // SAFETY: checked entry; the sink is a live local.
+        match self.call("plugin_properties", |err| unsafe { f(t.ctx, &sink, err) }) {
+            Ok(()) => text
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            Err(e) => vec![("error".into(), e.to_string())],
+        }
+    }
+
     fn jit_stats(&self) -> Option<crate::JitStats> {
         let t = &self.table;
         let f = t.jit_stats?;

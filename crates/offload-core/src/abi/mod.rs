@@ -15,8 +15,9 @@
 //!   them as [`crate::Error::PluginPanic`].
 //! - ABI 1.2 adds `set_jit_service`: the runtime hands every plugin its process-wide JIT
 //!   ([`AbiJitService`]), so all plugins of a process share one JIT worker and one cache.
-//! - ABI 1.3 adds events (create, record, wait, synchronize, query, destroy) and
-//!   `image_claims` (what image kinds a plugin serves).
+//! - ABI 1.3 adds events (create, record, wait, synchronize, query, destroy),
+//!   `image_claims` (what image kinds a plugin serves) and `plugin_properties` (facts for
+//!   `offload info`).
 //! - The runtime never forms a reference to a plugin's table: it copies the `table_size`
 //!   bytes the plugin declares into a zeroed table of its own (entries a shorter, older table
 //!   lacks stay null), and refuses a table whose version requires an entry that is null.
@@ -341,6 +342,9 @@ pub struct PluginTable {
     pub event_query: Option<entry::EventQuery>,
     /// Destroy an event.
     pub event_destroy: Option<entry::OnHandle>,
+    /// Facts about the plugin for `offload info` (`key=value` lines: which driver library it
+    /// loaded, which `ptxas` it uses, ...).
+    pub plugin_properties: Option<entry::ImageClaims>,
 }
 
 /// Size of a 1.0 table: the smallest table the runtime accepts. Entries after it are used only

@@ -22,6 +22,8 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                         "memory_bytes": info.total_memory,
                         "compute_units": info.compute_units,
                         "max_threads_per_block": info.limits.max_threads_per_block,
+                        "max_block": info.limits.max_block,
+                        "max_grid": info.limits.max_grid,
                         "warp_size": info.limits.warp_size,
                     }),
                     Err(e) => json!({"index": i, "error": e.to_string()}),
@@ -40,6 +42,7 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             "elf_machine": loaded.map(|p| p.elf_machine()),
             "target_triple": loaded.map(|p| p.target_triple().to_string()),
             "serves": loaded.map(|p| p.image_claims().iter().map(|c| c.to_text()).collect::<Vec<_>>()),
+            "properties": loaded.map(|p| p.properties().into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect::<serde_json::Map<String, serde_json::Value>>()),
             "jit": slot.jit_stats().map(|j| json!({
                 "compiles": j.compiles,
                 "memory_hits": j.memory_hits,
@@ -104,6 +107,9 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 .collect();
             println!("    ABI {}, serves {}", s("abi_version"), serves.join(", "));
         }
+        for (k, v) in p["properties"].as_object().into_iter().flatten() {
+            println!("    {k}: {}", v.as_str().unwrap_or("?"));
+        }
         if let Some(r) = p["reason"].as_str() {
             println!("    reason: {r}");
         }
@@ -119,6 +125,24 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 d["name"].as_str().unwrap_or("?"),
                 d["compute_unit"].as_str().unwrap_or("?"),
                 human_bytes(d["memory_bytes"].as_u64().unwrap_or(0))
+            );
+            let dims = |v: &serde_json::Value| {
+                v.as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join("x")
+                    })
+                    .unwrap_or_default()
+            };
+            println!(
+                "          {} compute units, warp {}, up to {} threads per block, block up to {}, grid up to {}",
+                d["compute_units"],
+                d["warp_size"],
+                d["max_threads_per_block"],
+                dims(&d["max_block"]),
+                dims(&d["max_grid"])
             );
         }
     }

@@ -29,17 +29,45 @@ pub struct JitArgs {
     /// Output file.
     #[arg(short = 'o')]
     output: PathBuf,
+    /// For nvptx64: write the PTX the JIT generates (identical to `opt-19 | llc-19`) instead of
+    /// the cubin `ptxas` makes of it.
+    #[arg(long)]
+    emit_ptx: bool,
+    /// Print one JSON object (what was written, by which post-processing step, how long).
+    #[arg(long)]
+    json: bool,
 }
 
-/// What the plugin for `triple` would do after code generation.
-fn post_process_for(triple: &str, cpu: &str) -> PostProcess {
+/// What the plugin for `triple` would do after code generation (and, for nvptx64 without
+/// ptxas, why the output is PTX).
+fn post_process_for(
+    triple: &str,
+    cpu: &str,
+    emit_ptx: bool,
+) -> Result<(PostProcess, Option<&'static str>), Failure> {
     let arch = triple.split('-').next().unwrap_or("");
-    match arch {
-        "nvptx64" | "nvptx" => PostProcess::Unchanged,
-        "amdgcn" => PostProcess::LinkAmdgpuCodeObject { gfx: cpu.into() },
-        _ if triple.contains("linux") => PostProcess::LinkHostSharedObject,
-        _ => PostProcess::Unchanged,
-    }
+    Ok(match arch {
+        "nvptx64" | "nvptx" if emit_ptx => (PostProcess::Unchanged, None),
+        "nvptx64" | "nvptx" => match offload_jit_client::ptxas::find()? {
+            Some(p) => (
+                PostProcess::Ptxas {
+                    path: p.path,
+                    version: p.version,
+                    arch: cpu.into(),
+                },
+                None,
+            ),
+            None => (
+                PostProcess::Unchanged,
+                Some(
+                    "no ptxas found (OFFLOAD_PTXAS, PATH, CUDA_HOME, /usr/local/cuda): PTX, as the plugin would hand it to the driver's JIT",
+                ),
+            ),
+        },
+        "amdgcn" => (PostProcess::LinkAmdgpuCodeObject { gfx: cpu.into() }, None),
+        _ if triple.contains("linux") => (PostProcess::LinkHostSharedObject, None),
+        _ => (PostProcess::Unchanged, None),
+    })
 }
 
 pub fn jit(a: JitArgs) -> Result<(), Failure> {
@@ -70,8 +98,29 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
         Ok(config),
         offload::default_plugin_dirs().unwrap_or_default(),
     );
-    let post = post_process_for(&a.target, &a.cpu);
-    let kind = post.describe(&a.target);
+    if a.emit_ptx && !a.target.starts_with("nvptx") {
+        return Err(Failure::Usage(format!(
+            "--emit-ptx is for nvptx64 targets, not '{}'",
+            a.target
+        )));
+    }
+    let (post, note) = post_process_for(&a.target, &a.cpu, a.emit_ptx)?;
+    let kind = match note {
+        Some(n) => format!("{}; {n}", post.describe(&a.target)),
+        None => post.describe(&a.target).to_string(),
+    };
+    let post_json = match &post {
+        PostProcess::Ptxas {
+            path,
+            version,
+            arch,
+        } => serde_json::json!({"step": "ptxas", "path": path, "version": version, "arch": arch}),
+        PostProcess::Unchanged => serde_json::json!({"step": "none", "note": note}),
+        PostProcess::LinkHostSharedObject => serde_json::json!({"step": "link-host-shared-object"}),
+        PostProcess::LinkAmdgpuCodeObject { gfx } => {
+            serde_json::json!({"step": "link-amdgpu-code-object", "arch": gfx})
+        }
+    };
     let request = CompileRequest {
         image: &image,
         target: JitTarget {
@@ -79,14 +128,31 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
             cpu: a.cpu.clone(),
             features: a.features.clone(),
         },
-        post,
+        post: post.clone(),
     };
     let t = Instant::now();
     let out = client
         .compile(&request)
         .map_err(|e| e.context(format!("image '{shown}' for {} {}", a.target, a.cpu)))?;
+    let compile_ms = ms_since(t);
     std::fs::write(&a.output, &out.image.bytes)
         .map_err(|e| Failure::Runtime(format!("cannot write '{}': {e}", a.output.display())))?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "output": a.output.display().to_string(),
+                "bytes": out.image.bytes.len(),
+                "kind": post.describe(&a.target),
+                "post_process": post_json,
+                "target": a.target,
+                "cpu": a.cpu,
+                "opt_level": opt_level,
+                "compile_ms": compile_ms,
+            })
+        );
+        return Ok(());
+    }
     println!(
         "wrote {} ({}, {}) for {} {} at -O{} in {:.3} ms",
         a.output.display(),
@@ -95,7 +161,7 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
         a.target,
         a.cpu,
         opt_level,
-        ms_since(t)
+        compile_ms
     );
     Ok(())
 }

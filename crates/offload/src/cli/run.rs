@@ -3,6 +3,7 @@
 use super::args::{self, ArgSpec};
 use super::{Failure, ms_since};
 use offload::{DeviceBuffer, KernelArg, LaunchDims, Runtime, ScalarType};
+use offload_core::GenericPlugin;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -161,6 +162,10 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     };
 
     let info = device.info()?;
+    let post_process = slot
+        .plugin()
+        .and_then(|p| p.properties().into_iter().find(|(k, _)| k == "bitcode"))
+        .map(|(_, v)| v);
     if a.json {
         let out = json!({
             "device": device.to_string(),
@@ -175,6 +180,8 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             },
             "jit": jit.map(|(compiles, memory_hits, compile_ms)| json!({
                 "compiles": compiles, "memory_hits": memory_hits, "compile_ms": compile_ms,
+                // What the plugin does with the JIT's output (ptxas, the driver's JIT, a link).
+                "post_process": post_process,
             })),
             "buffers": buffers.iter().map(|b| json!({
                 "arg": b.index,

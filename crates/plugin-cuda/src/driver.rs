@@ -1,0 +1,427 @@
+//! The CUDA driver, loaded at run time: the calls this plugin makes, each resolved on first use
+//! and checked.
+//!
+//! Three layers, as cudarc has them: the raw entry points (resolved lazily from the library,
+//! with the types and names of `cudarc::driver::sys`), a layer where every call returns
+//! `Result` ([`Driver`]'s methods), and the plugin's own safe types on top (`device.rs`).
+//!
+//! Why not cudarc's own call layer: its `sys` functions return `CUresult` as a Rust enum, so a
+//! status the enum does not list (from a newer driver, or a stub) would be undefined behaviour;
+//! and it panics when the library or a symbol is missing. Here every status is read as a plain
+//! integer, a missing symbol is an error for that call (`Unsupported`, naming it), and a missing
+//! library is "no device" with the reason.
+//!
+//! Statuses become errors in one place, [`Driver::check`]: out of memory → `OutOfMemory`; no
+//! device, the stub library (`CUDA_ERROR_STUB_LIBRARY`, 34), no driver loaded → `NoDevice`;
+//! everything else → `Driver { code, message }` with the call, the CUDA error name and its
+//! description.
+
+use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule, CUstream};
+use offload_core::{Error, Result};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::OnceLock;
+
+/// Variable naming the driver library to load (default: the names cudarc knows, `libcuda.so`,
+/// `libcuda.so.1`, ...).
+pub const ENV_DRIVER: &str = "OFFLOAD_CUDA_DRIVER";
+
+/// `CUDA_SUCCESS`
+const SUCCESS: c_int = 0;
+/// `CUDA_ERROR_INVALID_VALUE`
+pub const INVALID_VALUE: c_int = 1;
+/// `CUDA_ERROR_OUT_OF_MEMORY`
+const OUT_OF_MEMORY: c_int = 2;
+/// `CUDA_ERROR_NOT_INITIALIZED`
+const NOT_INITIALIZED: c_int = 3;
+/// `CUDA_ERROR_NO_DEVICE`
+const NO_DEVICE: c_int = 100;
+/// `CUDA_ERROR_STUB_LIBRARY`
+pub const STUB_LIBRARY: c_int = 34;
+/// `CUDA_ERROR_INSUFFICIENT_DRIVER`
+const INSUFFICIENT_DRIVER: c_int = 35;
+/// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH`
+const DRIVER_MISMATCH: c_int = 803;
+
+macro_rules! driver_calls {
+    ($( $(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* ); )*) => {
+        /// The entry points used, each resolved on its first call.
+        #[allow(non_snake_case)]
+        #[derive(Default)]
+        struct Symbols {
+            $( $name: OnceLock<Option<unsafe extern "C" fn($($ty),*) -> c_int>>, )*
+        }
+
+        impl Driver {
+            $(
+                $(#[$doc])*
+                ///
+                /// # Safety
+                /// The arguments must satisfy the CUDA driver API's contract for this call.
+                #[allow(non_snake_case, clippy::too_many_arguments)]
+                pub unsafe fn $name(&self, $($arg: $ty),*) -> Result<()> {
+                    let f = self
+                        .symbols
+                        .$name
+                        .get_or_init(|| {
+                            // SAFETY: the symbol has this C signature in every CUDA 12 driver.
+                            unsafe {
+                                self.lib
+                                    .get::<unsafe extern "C" fn($($ty),*) -> c_int>(
+                                        concat!(stringify!($name), "\0").as_bytes(),
+                                    )
+                                    .ok()
+                                    .map(|s| *s)
+                            }
+                        })
+                        .ok_or_else(|| {
+                            Error::Unsupported(format!(
+                                "the CUDA driver '{}' has no {} (it is older than this plugin needs)",
+                                self.path,
+                                stringify!($name)
+                            ))
+                        })?;
+                    // SAFETY: forwarded contract.
+                    let status = unsafe { f($($arg),*) };
+                    self.check(status, stringify!($name))
+                }
+            )*
+        }
+    };
+}
+
+/// The loaded driver library.
+pub struct Driver {
+    lib: libloading::Library,
+    path: String,
+    symbols: Symbols,
+    error_name: OnceLock<Option<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>>,
+    error_string: OnceLock<Option<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Driver({})", self.path)
+    }
+}
+
+driver_calls! {
+    /// `cuInit`
+    cuInit(flags: c_uint);
+    /// `cuDriverGetVersion`
+    cuDriverGetVersion(version: *mut c_int);
+    /// `cuDeviceGetCount`
+    cuDeviceGetCount(count: *mut c_int);
+    /// `cuDeviceGet`
+    cuDeviceGet(device: *mut CUdevice, ordinal: c_int);
+    /// `cuDeviceGetName`
+    cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice);
+    /// `cuDeviceTotalMem_v2`
+    cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice);
+    /// `cuDeviceGetAttribute`
+    cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice);
+    /// `cuDevicePrimaryCtxRetain`
+    cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, device: CUdevice);
+    /// `cuCtxSetCurrent`
+    cuCtxSetCurrent(ctx: CUcontext);
+    /// `cuModuleLoadData`
+    cuModuleLoadData(module: *mut CUmodule, image: *const c_void);
+    /// `cuModuleLoadDataEx`
+    cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, count: c_uint, options: *mut c_int, values: *mut *mut c_void);
+    /// `cuModuleLoadFatBinary`
+    cuModuleLoadFatBinary(module: *mut CUmodule, image: *const c_void);
+    /// `cuModuleUnload`
+    cuModuleUnload(module: CUmodule);
+    /// `cuModuleGetFunction`
+    cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char);
+    /// `cuFuncGetParamInfo` (CUDA 12.4 on)
+    cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize);
+    /// `cuFuncSetAttribute`
+    cuFuncSetAttribute(f: CUfunction, attribute: c_int, value: c_int);
+    /// `cuModuleGetGlobal_v2`
+    cuModuleGetGlobal_v2(ptr: *mut CUdeviceptr, bytes: *mut usize, module: CUmodule, name: *const c_char);
+    /// `cuMemAlloc_v2`
+    cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize);
+    /// `cuMemFree_v2`
+    cuMemFree_v2(ptr: CUdeviceptr);
+    /// `cuMemAllocHost_v2`
+    cuMemAllocHost_v2(ptr: *mut *mut c_void, bytes: usize);
+    /// `cuMemFreeHost`
+    cuMemFreeHost(ptr: *mut c_void);
+    /// `cuMemAllocManaged`
+    cuMemAllocManaged(ptr: *mut CUdeviceptr, bytes: usize, flags: c_uint);
+    /// `cuMemcpyHtoDAsync_v2`
+    cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream);
+    /// `cuMemcpyDtoHAsync_v2`
+    cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    /// `cuMemcpyDtoDAsync_v2`
+    cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    /// `cuStreamCreate`
+    cuStreamCreate(stream: *mut CUstream, flags: c_uint);
+    /// `cuStreamSynchronize`
+    cuStreamSynchronize(stream: CUstream);
+    /// `cuStreamDestroy_v2`
+    cuStreamDestroy_v2(stream: CUstream);
+    /// `cuLaunchKernel`
+    cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+}
+
+// SAFETY: the library handle and the resolved function pointers may be used from any thread;
+// the driver API is thread-safe.
+unsafe impl Send for Driver {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Driver {}
+
+/// What loading the driver came to.
+#[derive(Debug)]
+pub enum Loaded {
+    /// The library, initialised.
+    Ready(Box<Driver>),
+    /// No usable driver, and why (for `offload info`).
+    Absent(String),
+}
+
+impl Driver {
+    /// Finds and opens the driver library (`OFFLOAD_CUDA_DRIVER`, else cudarc's candidate
+    /// names), then `cuInit`s it. A missing library, the toolkit's stub, or a driver without
+    /// devices is [`Loaded::Absent`] with the reason; a bad `OFFLOAD_CUDA_DRIVER` is an error.
+    pub fn load() -> Result<Loaded> {
+        let candidates: Vec<String> = match offload_core::env::raw(&[ENV_DRIVER])? {
+            Some((name, value)) => {
+                if !std::path::Path::new(&value).is_file() {
+                    return Err(Error::InvalidArgument(format!(
+                        "environment variable {name}='{value}': no such file"
+                    )));
+                }
+                vec![value]
+            }
+            None => {
+                // cudarc's names, without the Windows spellings and duplicates.
+                let mut names: Vec<String> = Vec::new();
+                for n in cudarc::get_lib_name_candidates("cuda") {
+                    if n.starts_with("libcuda.so") && !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                names
+            }
+        };
+        let mut last = String::new();
+        for c in &candidates {
+            // SAFETY: opening the driver library runs its initialisers, which is what using the
+            // driver means; it is never closed.
+            match unsafe { libloading::Library::new(c) } {
+                Ok(lib) => {
+                    let driver = Driver {
+                        lib,
+                        path: c.clone(),
+                        symbols: Symbols::default(),
+                        error_name: OnceLock::new(),
+                        error_string: OnceLock::new(),
+                    };
+                    // SAFETY: cuInit has no preconditions.
+                    return match unsafe { driver.cuInit(0) } {
+                        Ok(()) => Ok(Loaded::Ready(Box::new(driver))),
+                        Err(Error::NoDevice(why)) => Ok(Loaded::Absent(why)),
+                        Err(e) => Ok(Loaded::Absent(format!(
+                            "the CUDA driver '{c}' failed to initialise: {}",
+                            e.message()
+                        ))),
+                    };
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Ok(Loaded::Absent(format!(
+            "the CUDA driver library was not found (tried {}; last error: {last}): the NVIDIA \
+             driver is not installed, or set {ENV_DRIVER}",
+            candidates.join(", ")
+        )))
+    }
+
+    /// The library's path (as it was opened).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn message(
+        &self,
+        cell: &OnceLock<Option<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>>,
+        symbol: &[u8],
+        status: c_int,
+    ) -> Option<String> {
+        let f = *cell
+            .get_or_init(|| {
+                // SAFETY: the symbol has this C signature in every CUDA driver.
+                unsafe {
+                    self.lib
+                        .get::<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>(symbol)
+                        .ok()
+                        .map(|s| *s)
+                }
+            })
+            .as_ref()?;
+        let mut text: *const c_char = std::ptr::null();
+        // SAFETY: writes a pointer to a static string, or fails for an unknown status.
+        if unsafe { f(status, &mut text) } != SUCCESS || text.is_null() {
+            return None;
+        }
+        // SAFETY: the driver returns a NUL-terminated static string.
+        Some(
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+
+    /// Turns a status into a result; `call` names the driver call for the message.
+    pub fn check(&self, status: c_int, call: &str) -> Result<()> {
+        if status == SUCCESS {
+            return Ok(());
+        }
+        let name = self
+            .message(&self.error_name, b"cuGetErrorName\0", status)
+            .unwrap_or_else(|| format!("CUDA error {status}"));
+        let text = self
+            .message(&self.error_string, b"cuGetErrorString\0", status)
+            .unwrap_or_default();
+        let detail = if text.is_empty() {
+            name.clone()
+        } else {
+            format!("{name} ({text})")
+        };
+        Err(match status {
+            OUT_OF_MEMORY => Error::OutOfMemory(format!("{call}: {detail}")),
+            STUB_LIBRARY => Error::NoDevice(format!(
+                "'{}' is the CUDA toolkit's stub library, not a driver ({call}: {detail}); install \
+                 the NVIDIA driver",
+                self.path
+            )),
+            NO_DEVICE => Error::NoDevice(format!(
+                "the CUDA driver '{}' reports no CUDA-capable device ({call}: {detail})",
+                self.path
+            )),
+            NOT_INITIALIZED | INSUFFICIENT_DRIVER | DRIVER_MISMATCH => Error::NoDevice(format!(
+                "the CUDA driver '{}' cannot be used ({call}: {detail})",
+                self.path
+            )),
+            // Faults of a kernel (illegal address, trap, launch failure, ...) leave the context
+            // unusable: every later call of the process on this device fails too.
+            700..=720 => Error::DeviceFailure(format!(
+                "{call}: {detail}; the device's context is now unusable, restart the process"
+            )),
+            code => Error::Driver {
+                code: i64::from(code),
+                message: format!("{call} failed: {detail}"),
+            },
+        })
+    }
+}
+
+/// Device attributes used (`CUdevice_attribute`).
+pub mod attribute {
+    /// `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK`
+    pub const MAX_THREADS_PER_BLOCK: i32 = 1;
+    /// `CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X` (Y, Z follow)
+    pub const MAX_BLOCK_DIM_X: i32 = 2;
+    /// `CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X` (Y, Z follow)
+    pub const MAX_GRID_DIM_X: i32 = 5;
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK`
+    pub const MAX_SHARED_MEMORY_PER_BLOCK: i32 = 8;
+    /// `CU_DEVICE_ATTRIBUTE_WARP_SIZE`
+    pub const WARP_SIZE: i32 = 10;
+    /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`
+    pub const MULTIPROCESSOR_COUNT: i32 = 16;
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`
+    pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`
+    pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
+}
+
+/// `CUfunction_attribute` values used.
+pub mod function_attribute {
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`
+    pub const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+}
+
+/// `CUjit_option` values used.
+pub mod jit_option {
+    /// `CU_JIT_INFO_LOG_BUFFER`
+    pub const INFO_LOG_BUFFER: i32 = 3;
+    /// `CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES`
+    pub const INFO_LOG_BUFFER_SIZE_BYTES: i32 = 4;
+    /// `CU_JIT_ERROR_LOG_BUFFER`
+    pub const ERROR_LOG_BUFFER: i32 = 5;
+    /// `CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES`
+    pub const ERROR_LOG_BUFFER_SIZE_BYTES: i32 = 6;
+}
+
+#[cfg(test)]
+mod tests {
+    use cudarc::driver::sys::{CUdevice_attribute, CUjit_option};
+
+    /// The constants here are cudarc's (the enums they stand for must not drift).
+    #[test]
+    fn constants_match_cudarc() {
+        use super::{attribute as a, jit_option as j};
+        assert_eq!(
+            a::MAX_THREADS_PER_BLOCK,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK as i32
+        );
+        assert_eq!(
+            a::MAX_BLOCK_DIM_X,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X as i32
+        );
+        assert_eq!(
+            a::MAX_GRID_DIM_X,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X as i32
+        );
+        assert_eq!(
+            a::MAX_SHARED_MEMORY_PER_BLOCK,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK as i32
+        );
+        assert_eq!(
+            a::WARP_SIZE,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_WARP_SIZE as i32
+        );
+        assert_eq!(
+            a::MULTIPROCESSOR_COUNT,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as i32
+        );
+        assert_eq!(
+            a::COMPUTE_CAPABILITY_MAJOR,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as i32
+        );
+        assert_eq!(
+            a::COMPUTE_CAPABILITY_MINOR,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as i32
+        );
+        assert_eq!(
+            j::INFO_LOG_BUFFER,
+            CUjit_option::CU_JIT_INFO_LOG_BUFFER as i32
+        );
+        assert_eq!(
+            j::INFO_LOG_BUFFER_SIZE_BYTES,
+            CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES as i32
+        );
+        assert_eq!(
+            j::ERROR_LOG_BUFFER,
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER as i32
+        );
+        assert_eq!(
+            j::ERROR_LOG_BUFFER_SIZE_BYTES,
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES as i32
+        );
+        assert_eq!(
+            super::function_attribute::MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as i32
+        );
+        assert_eq!(
+            super::INVALID_VALUE,
+            cudarc::driver::sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE as i32
+        );
+        assert_eq!(
+            super::STUB_LIBRARY,
+            cudarc::driver::sys::cudaError_enum::CUDA_ERROR_STUB_LIBRARY as i32
+        );
+    }
+}

@@ -1,0 +1,489 @@
+/* A CUDA driver without a GPU, for testing the cuda plugin up to the driver boundary
+ * (tests/tests/cuda_fake_driver.rs builds it into a shared library and points
+ * OFFLOAD_CUDA_DRIVER at it).
+ *
+ * It keeps the driver's contracts that a plugin can get wrong, and says when it does:
+ *   - every call but the device queries needs a context current on the calling thread
+ *     (CUDA_ERROR_INVALID_CONTEXT otherwise, and a "no-context" line in the log);
+ *   - device memory is host memory it tracks: copies must stay inside allocations, frees
+ *     must name a live allocation ("bad-copy" / "bad-free" lines otherwise);
+ *   - modules are the bytes given (cubin, PTX or fatbin); PTX containing `bogus_instruction`
+ *     is refused with a compiler log; kernels are found by name; PTX kernels report their
+ *     parameter sizes (cuFuncGetParamInfo), cubin kernels do not (as an old driver);
+ *   - launches do not run: they are written to the log with their shape and the bytes of every
+ *     parameter, read through the pointers the plugin passed, with the sizes the kernel has.
+ *
+ * Environment: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_CC ("9.0"), FAKE_CUDA_MEMORY (bytes
+ * that may be allocated at once), FAKE_CUDA_LOG (file the log lines are appended to). */
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+enum {
+  OK = 0,
+  INVALID_VALUE = 1,
+  OUT_OF_MEMORY = 2,
+  NOT_INITIALIZED = 3,
+  INVALID_DEVICE = 101,
+  INVALID_IMAGE = 200,
+  INVALID_CONTEXT = 201,
+  INVALID_PTX = 218,
+  INVALID_HANDLE = 400,
+  NOT_FOUND = 500,
+  NOT_SUPPORTED = 801,
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialised;
+static __thread void *current;
+static char contexts[16];
+
+static void say(const char *fmt, ...) {
+  const char *path = getenv("FAKE_CUDA_LOG");
+  if (!path)
+    return;
+  pthread_mutex_lock(&lock);
+  FILE *f = fopen(path, "a");
+  if (f) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+#define NEED_CONTEXT                                                                             \
+  do {                                                                                           \
+    if (!initialised)                                                                            \
+      return NOT_INITIALIZED;                                                                    \
+    if (!current) {                                                                              \
+      say("no-context %s\n", __func__);                                                          \
+      return INVALID_CONTEXT;                                                                    \
+    }                                                                                            \
+  } while (0)
+
+static int device_count(void) {
+  const char *e = getenv("FAKE_CUDA_DEVICES");
+  int n = e ? atoi(e) : 1;
+  return n < 0 ? 0 : n > 16 ? 16 : n;
+}
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+static const char *error_name(int e) {
+  switch (e) {
+  case INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+  case OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+  case NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
+  case INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
+  case INVALID_IMAGE: return "CUDA_ERROR_INVALID_IMAGE";
+  case INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
+  case INVALID_PTX: return "CUDA_ERROR_INVALID_PTX";
+  case INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
+  case NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
+  case NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
+  default: return 0;
+  }
+}
+
+CUresult cuGetErrorName(int e, const char **s) {
+  *s = error_name(e);
+  return *s ? OK : INVALID_VALUE;
+}
+
+CUresult cuGetErrorString(int e, const char **s) {
+  switch (e) {
+  case INVALID_CONTEXT: *s = "invalid device context"; return OK;
+  case INVALID_PTX: *s = "a PTX JIT compilation failed"; return OK;
+  case OUT_OF_MEMORY: *s = "out of memory"; return OK;
+  default: return cuGetErrorName(e, s);
+  }
+}
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  initialised = 1;
+  return OK;
+}
+
+CUresult cuDriverGetVersion(int *v) {
+  *v = 12080;
+  return OK;
+}
+
+CUresult cuDeviceGetCount(int *n) {
+  if (!initialised)
+    return NOT_INITIALIZED;
+  *n = device_count();
+  return OK;
+}
+
+CUresult cuDeviceGet(int *d, int ordinal) {
+  if (ordinal < 0 || ordinal >= device_count())
+    return INVALID_DEVICE;
+  *d = ordinal;
+  return OK;
+}
+
+CUresult cuDeviceGetName(char *name, int len, int d) {
+  if (d < 0 || d >= device_count())
+    return INVALID_DEVICE;
+  snprintf(name, (size_t)len, "Fake CUDA device %d", d);
+  return OK;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int d) {
+  (void)d;
+  *bytes = (size_t)80 << 30;
+  return OK;
+}
+
+CUresult cuDeviceGetAttribute(int *v, int attribute, int d) {
+  if (d < 0 || d >= device_count())
+    return INVALID_DEVICE;
+  int major = 9, minor = 0;
+  const char *cc = getenv("FAKE_CUDA_CC");
+  if (cc)
+    sscanf(cc, "%d.%d", &major, &minor);
+  switch (attribute) {
+  case 1: *v = 1024; break;                /* max threads per block */
+  case 2: case 3: *v = 1024; break;        /* max block x, y */
+  case 4: *v = 64; break;                  /* max block z */
+  case 5: *v = 2147483647; break;          /* max grid x */
+  case 6: case 7: *v = 65535; break;       /* max grid y, z */
+  case 8: *v = 49152; break;               /* shared memory per block */
+  case 10: *v = 32; break;                 /* warp size */
+  case 16: *v = 132; break;                /* multiprocessors */
+  case 75: *v = major; break;
+  case 76: *v = minor; break;
+  default: *v = 0;
+  }
+  return OK;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int d) {
+  if (d < 0 || d >= device_count())
+    return INVALID_DEVICE;
+  *ctx = &contexts[d];
+  return OK;
+}
+
+CUresult cuCtxSetCurrent(void *ctx) {
+  current = ctx;
+  return OK;
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+struct allocation {
+  uintptr_t base;
+  size_t size;
+  int kind; /* 0 device, 1 host, 2 managed */
+};
+static struct allocation allocations[65536];
+static size_t live_bytes;
+
+static CUresult allocate(uintptr_t *out, size_t size, int kind) {
+  NEED_CONTEXT;
+  const char *limit = getenv("FAKE_CUDA_MEMORY");
+  pthread_mutex_lock(&lock);
+  if (size == 0 || (limit && live_bytes + size > strtoull(limit, 0, 10))) {
+    pthread_mutex_unlock(&lock);
+    return size == 0 ? INVALID_VALUE : OUT_OF_MEMORY;
+  }
+  void *p = calloc(1, size);
+  int slot = -1;
+  for (int i = 0; p && i < 65536; ++i)
+    if (!allocations[i].base) {
+      slot = i;
+      break;
+    }
+  if (!p || slot < 0) {
+    free(p);
+    pthread_mutex_unlock(&lock);
+    return OUT_OF_MEMORY;
+  }
+  allocations[slot] = (struct allocation){(uintptr_t)p, size, kind};
+  live_bytes += size;
+  pthread_mutex_unlock(&lock);
+  *out = (uintptr_t)p;
+  say("alloc %d 0x%lx %zu\n", kind, (unsigned long)*out, size);
+  return OK;
+}
+
+/* Frees `p` if it is a live allocation of one of `kinds` (a bit mask of kinds). */
+static CUresult release(uintptr_t p, int kinds) {
+  NEED_CONTEXT;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < 65536; ++i)
+    if (allocations[i].base == p && (kinds >> allocations[i].kind & 1)) {
+      int kind = allocations[i].kind;
+      live_bytes -= allocations[i].size;
+      allocations[i].base = 0;
+      pthread_mutex_unlock(&lock);
+      free((void *)p);
+      say("free %d 0x%lx\n", kind, (unsigned long)p);
+      return OK;
+    }
+  pthread_mutex_unlock(&lock);
+  say("bad-free %d 0x%lx\n", kinds, (unsigned long)p);
+  return INVALID_VALUE;
+}
+
+/* Whether [p, p + n) lies inside one live allocation. */
+static int inside(uintptr_t p, size_t n) {
+  int ok = 0;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < 65536 && !ok; ++i)
+    if (allocations[i].base && p >= allocations[i].base &&
+        p + n <= allocations[i].base + allocations[i].size)
+      ok = 1;
+  pthread_mutex_unlock(&lock);
+  return ok;
+}
+
+CUresult cuMemAlloc_v2(uintptr_t *p, size_t n) { return allocate(p, n, 0); }
+CUresult cuMemAllocHost_v2(void **p, size_t n) { return allocate((uintptr_t *)p, n, 1); }
+CUresult cuMemAllocManaged(uintptr_t *p, size_t n, unsigned flags) {
+  (void)flags;
+  return allocate(p, n, 2);
+}
+CUresult cuMemFree_v2(uintptr_t p) { return release(p, 1 << 0 | 1 << 2); }
+CUresult cuMemFreeHost(void *p) { return release((uintptr_t)p, 1 << 1); }
+
+static CUresult copy(const char *what, uintptr_t dst, int dst_device, uintptr_t src,
+                     int src_device, size_t n) {
+  NEED_CONTEXT;
+  if ((dst_device && !inside(dst, n)) || (src_device && !inside(src, n))) {
+    say("bad-copy %s 0x%lx 0x%lx %zu\n", what, (unsigned long)dst, (unsigned long)src, n);
+    return INVALID_VALUE;
+  }
+  memmove((void *)dst, (const void *)src, n);
+  say("copy %s %zu\n", what, n);
+  return OK;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(uintptr_t dst, const void *src, size_t n, void *stream) {
+  (void)stream;
+  return copy("htod", dst, 1, (uintptr_t)src, 0, n);
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, uintptr_t src, size_t n, void *stream) {
+  (void)stream;
+  return copy("dtoh", (uintptr_t)dst, 0, src, 1, n);
+}
+CUresult cuMemcpyDtoDAsync_v2(uintptr_t dst, uintptr_t src, size_t n, void *stream) {
+  (void)stream;
+  return copy("dtod", dst, 1, src, 1, n);
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+CUresult cuStreamCreate(void **s, unsigned flags) {
+  NEED_CONTEXT;
+  *s = malloc(1);
+  say("stream-create %u\n", flags);
+  return OK;
+}
+CUresult cuStreamSynchronize(void *s) {
+  (void)s;
+  NEED_CONTEXT;
+  return OK;
+}
+CUresult cuStreamDestroy_v2(void *s) {
+  NEED_CONTEXT;
+  free(s);
+  say("stream-destroy\n");
+  return OK;
+}
+
+/* ---- modules and kernels ----------------------------------------------------------------- */
+
+struct module {
+  char *bytes;
+  size_t len;
+  int ptx;
+};
+
+struct function {
+  char name[256];
+  int known; /* parameter sizes known (PTX) */
+  int count;
+  size_t sizes[256];
+};
+
+static size_t image_length(const unsigned char *p, int *ptx) {
+  *ptx = 0;
+  if (!memcmp(p, "\x7f" "ELF", 4)) {
+    uint64_t shoff;
+    uint16_t shentsize, shnum;
+    memcpy(&shoff, p + 40, 8);
+    memcpy(&shentsize, p + 58, 2);
+    memcpy(&shnum, p + 60, 2);
+    return (size_t)(shoff + (uint64_t)shentsize * shnum);
+  }
+  if (!memcmp(p, "\x50\xed\x55\xba", 4)) {
+    uint64_t size;
+    uint16_t header;
+    memcpy(&header, p + 6, 2);
+    memcpy(&size, p + 8, 8);
+    return header + (size_t)size;
+  }
+  *ptx = 1;
+  return strlen((const char *)p);
+}
+
+static CUresult load(void **out, const void *image, char *log, size_t log_size) {
+  NEED_CONTEXT;
+  int ptx;
+  size_t len = image_length(image, &ptx);
+  if (ptx && !strstr(image, ".version")) {
+    say("load-refused\n");
+    return INVALID_IMAGE;
+  }
+  if (ptx && strstr(image, "bogus_instruction")) {
+    if (log && log_size)
+      snprintf(log, log_size, "ptxas application ptx input, line 9; error   : Unknown "
+                              "instruction 'bogus_instruction'\nptxas fatal   : Ptx assembly aborted");
+    say("load-refused ptx\n");
+    return INVALID_PTX;
+  }
+  struct module *m = malloc(sizeof *m);
+  m->bytes = malloc(len + 1);
+  memcpy(m->bytes, image, len);
+  m->bytes[len] = 0;
+  m->len = len;
+  m->ptx = ptx;
+  *out = m;
+  say("load %s %zu\n", ptx ? "ptx" : "binary", len);
+  return OK;
+}
+
+CUresult cuModuleLoadData(void **m, const void *image) { return load(m, image, 0, 0); }
+
+CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *options, void **values) {
+  char *log = 0;
+  size_t log_size = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == 5)
+      log = values[i];
+    if (options[i] == 6)
+      log_size = (size_t)(uintptr_t)values[i];
+  }
+  return load(m, image, log, log_size);
+}
+
+CUresult cuModuleLoadFatBinary(void **m, const void *image) { return load(m, image, 0, 0); }
+
+CUresult cuModuleUnload(void *m) {
+  NEED_CONTEXT;
+  struct module *mod = m;
+  free(mod->bytes);
+  free(mod);
+  say("unload\n");
+  return OK;
+}
+
+/* Reads the parameter list of `.entry name(` in PTX text. */
+static void ptx_params(const char *text, struct function *f) {
+  char key[300];
+  snprintf(key, sizeof key, ".entry %s(", f->name);
+  const char *p = strstr(text, key);
+  if (!p)
+    return;
+  p += strlen(key);
+  const char *end = strchr(p, ')');
+  if (!end)
+    return;
+  f->known = 1;
+  while ((p = strstr(p, ".param")) && p < end && f->count < 256) {
+    p += 6;
+    while (*p == ' ' || *p == '\t')
+      ++p;
+    /* .u32 .s64 .f32 .b64 ...: the digits are the bits */
+    int bits = atoi(p + 2);
+    if (*p != '.' || bits % 8 || bits == 0) {
+      f->known = 0;
+      return;
+    }
+    f->sizes[f->count++] = (size_t)bits / 8;
+  }
+}
+
+CUresult cuModuleGetFunction(void **out, void *m, const char *name) {
+  NEED_CONTEXT;
+  struct module *mod = m;
+  size_t n = strlen(name);
+  int found = 0;
+  for (size_t i = 0; !found && i + n <= mod->len; ++i)
+    found = !memcmp(mod->bytes + i, name, n) && (i + n == mod->len || !mod->bytes[i + n] ||
+                                                 mod->bytes[i + n] == '(');
+  if (!found || n >= 256)
+    return NOT_FOUND;
+  struct function *f = calloc(1, sizeof *f);
+  memcpy(f->name, name, n + 1);
+  if (mod->ptx)
+    ptx_params(mod->bytes, f);
+  *out = f;
+  return OK;
+}
+
+CUresult cuModuleGetGlobal_v2(uintptr_t *p, size_t *n, void *m, const char *name) {
+  (void)p, (void)n, (void)m, (void)name;
+  NEED_CONTEXT;
+  return NOT_FOUND;
+}
+
+CUresult cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size) {
+  NEED_CONTEXT;
+  struct function *f = fn;
+  if (!f->known)
+    return NOT_SUPPORTED;
+  if (index >= (size_t)f->count)
+    return INVALID_VALUE;
+  size_t at = 0;
+  for (size_t i = 0; i <= index; ++i) {
+    at = (at + f->sizes[i] - 1) / f->sizes[i] * f->sizes[i];
+    if (i < index)
+      at += f->sizes[i];
+  }
+  *offset = at;
+  *size = f->sizes[index];
+  return OK;
+}
+
+CUresult cuFuncSetAttribute(void *fn, int attribute, int value) {
+  NEED_CONTEXT;
+  say("attribute %s %d %d\n", ((struct function *)fn)->name, attribute, value);
+  return OK;
+}
+
+CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
+                        void **extra) {
+  NEED_CONTEXT;
+  struct function *f = fn;
+  if (extra)
+    return INVALID_VALUE;
+  char line[8192];
+  int at = snprintf(line, sizeof line, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u %s params=",
+                    f->name, gx, gy, gz, bx, by, bz, shared, stream ? "stream" : "default");
+  int count = f->known ? f->count : 0;
+  for (int i = 0; i < count && at < (int)sizeof line - 40; ++i) {
+    const unsigned char *v = params[i];
+    if (i)
+      line[at++] = ',';
+    for (size_t b = 0; b < f->sizes[i] && at < (int)sizeof line - 40; ++b)
+      at += snprintf(line + at, sizeof line - (size_t)at, "%02x", v[b]);
+  }
+  say("%s\n", line);
+  return OK;
+}

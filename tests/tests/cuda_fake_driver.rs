@@ -1,0 +1,582 @@
+//! The CUDA plugin against a fake driver (`tests/fake-cuda/fake_cuda.c`): a CUDA driver without
+//! a GPU that keeps the contracts a plugin can break (a context current on every calling thread,
+//! copies inside allocations, frees of live allocations) and logs every launch with the bytes of
+//! its parameters. This tests everything of the plugin's device path that does not need the GPU
+//! to compute: device properties, image loading for every kind, argument packing, errors with
+//! the driver's names and logs, memory, queues and threads.
+
+use offload_tests::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// A fresh log file for one run.
+fn log_file(tag: &str) -> PathBuf {
+    let p = scratch("fake-cuda").join(format!("{tag}.log"));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn log_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `offload` against the fake driver (plus `envs`).
+fn with_fake(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    let lib = fake_cuda_driver();
+    let ptxas = ptxas();
+    let mut all = vec![
+        ("OFFLOAD_CUDA_DRIVER", lib.to_str().unwrap()),
+        ("FAKE_CUDA_LOG", log.to_str().unwrap()),
+        ("OFFLOAD_PTXAS", ptxas.to_str().unwrap()),
+    ];
+    all.extend_from_slice(envs);
+    offload(args, &all)
+}
+
+/// The driver contracts the fake checks: no call without a context, no copy outside an
+/// allocation, no free of something not allocated; and everything allocated is freed, every
+/// stream destroyed.
+fn assert_contracts_kept(lines: &[String], what: &str) {
+    for bad in ["no-context", "bad-free", "bad-copy"] {
+        let hits: Vec<&String> = lines.iter().filter(|l| l.starts_with(bad)).collect();
+        assert!(hits.is_empty(), "{what}: {hits:?}");
+    }
+    let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
+    assert_eq!(
+        count("alloc "),
+        count("free "),
+        "{what}: every allocation freed once\n{lines:#?}"
+    );
+    assert_eq!(
+        count("stream-create"),
+        count("stream-destroy"),
+        "{what}: streams"
+    );
+    assert_eq!(count("load "), count("unload"), "{what}: modules");
+}
+
+#[test]
+fn info_shows_each_device_with_its_sm_limits_and_memory() {
+    let log = log_file("info");
+    for (cc, sm) in [
+        ("9.0", "sm_90a"),
+        ("8.6", "sm_86"),
+        ("10.0", "sm_100a"),
+        ("7.5", "sm_75"),
+    ] {
+        let out = with_fake(
+            &["info", "--json"],
+            &log,
+            &[("FAKE_CUDA_CC", cc), ("FAKE_CUDA_DEVICES", "2")],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let cuda = plugin_json(&json, "cuda");
+        assert_eq!(cuda["status"], "ok", "{cuda}");
+        let devices = cuda["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 2);
+        for (i, d) in devices.iter().enumerate() {
+            assert_eq!(d["name"], format!("Fake CUDA device {i}"));
+            assert_eq!(d["compute_unit"], sm, "CC {cc}");
+            assert_eq!(d["memory_bytes"], 80u64 << 30);
+            assert_eq!(d["compute_units"], 132);
+            assert_eq!(d["warp_size"], 32);
+            assert_eq!(d["max_threads_per_block"], 1024);
+            assert_eq!(d["max_block"], serde_json::json!([1024, 1024, 64]));
+            assert_eq!(
+                d["max_grid"],
+                serde_json::json!([2147483647u32, 65535, 65535])
+            );
+        }
+        assert!(
+            cuda["properties"]["driver"]
+                .as_str()
+                .unwrap()
+                .contains("CUDA 12.8"),
+            "{cuda}"
+        );
+        assert!(
+            cuda["properties"]["bitcode"]
+                .as_str()
+                .unwrap()
+                .contains("ptxas"),
+            "{cuda}"
+        );
+    }
+    let text = stdout(&with_fake(&["info"], &log, &[]));
+    assert!(
+        text.contains("cuda:0  Fake CUDA device 0  compute unit sm_90a  memory 80.0 GiB")
+            && text.contains("132 compute units, warp 32, up to 1024 threads per block"),
+        "{text}"
+    );
+    // Without ptxas, info says the PTX goes to the driver's JIT.
+    let out = offload(
+        &["info", "--json"],
+        &[
+            ("OFFLOAD_CUDA_DRIVER", fake_cuda_driver().to_str().unwrap()),
+            ("PATH", "/usr/bin:/bin"),
+        ],
+    );
+    let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let cuda = plugin_json(&json, "cuda");
+    assert!(
+        cuda["properties"]["bitcode"]
+            .as_str()
+            .unwrap()
+            .contains("driver's JIT"),
+        "{cuda}"
+    );
+    assert!(
+        cuda["properties"]["ptxas"]
+            .as_str()
+            .unwrap()
+            .starts_with("not found"),
+        "{cuda}"
+    );
+}
+
+fn le(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The launch lines of a log, and the device addresses the allocations got, in order.
+fn launches_and_allocations(lines: &[String]) -> (Vec<String>, Vec<u64>) {
+    let launches = lines
+        .iter()
+        .filter(|l| l.starts_with("launch "))
+        .cloned()
+        .collect();
+    let allocs = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("alloc 0 0x"))
+        .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap())
+        .collect();
+    (launches, allocs)
+}
+
+#[test]
+fn every_argument_reaches_the_driver_as_the_kernel_declares_it() {
+    let ptx_path = scratch("fake-cuda").join("args16.ptx");
+    let bc = nvptx_bitcode("args16", "sm_90");
+    std::fs::write(
+        &ptx_path,
+        nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "args16-fake"),
+    )
+    .unwrap();
+    let log = log_file("args16");
+    let specs = [
+        "i32:-1",
+        "i64:-2",
+        "f32:3.5",
+        "f64:-4.25",
+        "i32:5",
+        "f32:6",
+        "f64:7",
+        "i64:8000000000",
+        "f32:9",
+        "f64:10",
+        "i32:11",
+        "f64:12",
+        "f32:13",
+        "i64:14",
+        "buf:f64:1000",
+        "i32:1000",
+    ];
+    let mut args = vec![
+        "run",
+        ptx_path.to_str().unwrap(),
+        "--kernel",
+        "args16",
+        "--device",
+        "cuda:0",
+    ];
+    args.extend(["--grid", "8,2,3", "--block", "128,2"]);
+    for s in &specs {
+        args.extend(["--arg", s]);
+    }
+    let out = with_fake(&args, &log, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = log_lines(&log);
+    let (launches, allocs) = launches_and_allocations(&lines);
+    assert_eq!(launches.len(), 1, "{lines:#?}");
+    assert_eq!(allocs.len(), 1);
+    let want = [
+        le(&(-1i32).to_le_bytes()),
+        le(&(-2i64).to_le_bytes()),
+        le(&3.5f32.to_le_bytes()),
+        le(&(-4.25f64).to_le_bytes()),
+        le(&5i32.to_le_bytes()),
+        le(&6f32.to_le_bytes()),
+        le(&7f64.to_le_bytes()),
+        le(&8_000_000_000i64.to_le_bytes()),
+        le(&9f32.to_le_bytes()),
+        le(&10f64.to_le_bytes()),
+        le(&11i32.to_le_bytes()),
+        le(&12f64.to_le_bytes()),
+        le(&13f32.to_le_bytes()),
+        le(&14i64.to_le_bytes()),
+        le(&allocs[0].to_le_bytes()),
+        le(&1000i32.to_le_bytes()),
+    ]
+    .join(",");
+    assert_eq!(
+        launches[0],
+        format!("launch args16 grid=8,2,3 block=128,2,1 shared=0 default params={want}")
+    );
+    assert_contracts_kept(&lines, "args16");
+}
+
+#[test]
+fn wrong_arguments_are_refused_before_the_driver_sees_them() {
+    let ptx_path = scratch("fake-cuda").join("saxpy.ptx");
+    let bc = nvptx_bitcode("saxpy", "sm_90");
+    std::fs::write(
+        &ptx_path,
+        nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "saxpy-fake"),
+    )
+    .unwrap();
+    let p = ptx_path.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["i32:4", "f32:2", "buf:f32:4"],
+            "takes 4 argument(s) (of 4, 4, 8, 8 bytes); the launch passes 3",
+        ),
+        (
+            &["i64:4", "f32:2", "buf:f32:4", "buf:f32:4"],
+            "argument 0 is 4 bytes in the kernel; the launch passes i64 (8 bytes)",
+        ),
+        (
+            &["i32:4", "f64:2", "buf:f32:4", "buf:f32:4"],
+            "argument 1 is 4 bytes in the kernel; the launch passes f64 (8 bytes)",
+        ),
+    ];
+    for (i, (specs, want)) in cases.iter().enumerate() {
+        let log = log_file(&format!("wrong-{i}"));
+        let mut args = vec!["run", p, "--kernel", "saxpy", "--device", "cuda:0"];
+        for s in specs.iter() {
+            args.extend(["--arg", s]);
+        }
+        let out = with_fake(&args, &log, &[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(want) && err.contains("kernel 'saxpy'"),
+            "{err}"
+        );
+        let lines = log_lines(&log);
+        assert!(!lines.iter().any(|l| l.starts_with("launch")), "{lines:#?}");
+        assert_contracts_kept(&lines, want);
+    }
+}
+
+#[test]
+fn every_image_kind_loads_and_launches_through_the_driver() {
+    use offload_plugin_cuda::fatbin::{EntryKind, build};
+    let dir = scratch("fake-cuda-kinds");
+    let bc = nvptx_bitcode("saxpy", "sm_80");
+    let ptx = nvptx_jit(&bc, "sm_80", &["--emit-ptx"], "kinds-ptx");
+    let cubin = ptxas_cubin(&ptx, "sm_90", "kinds");
+    let cubin80 = ptxas_cubin(&ptx, "sm_80", "kinds");
+    let fat_cubin = build(&[(EntryKind::Ptx, 80, &ptx), (EntryKind::Cubin, 90, &cubin)]);
+    let fat_ptx = build(&[(EntryKind::Cubin, 80, &cubin80), (EntryKind::Ptx, 80, &ptx)]);
+    // (file, bytes, what the driver must be given, parameter bytes logged)
+    let cases: [(&str, &[u8], &str); 5] = [
+        ("saxpy.cubin", &cubin, "load binary"),
+        ("saxpy.ptx", &ptx, "load ptx"),
+        ("saxpy-cubin.fatbin", &fat_cubin, "load binary"),
+        ("saxpy-ptx.fatbin", &fat_ptx, "load ptx"),
+        ("saxpy.bc", &std::fs::read(&bc).unwrap(), "load binary"),
+    ];
+    for (name, bytes, load) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let log = log_file(name);
+        let args = [
+            "run",
+            path.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--json",
+            "--grid",
+            "4",
+            "--block",
+            "256",
+            "--arg",
+            "i32:1000",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:1000:iota",
+            "--arg",
+            "buf:f32:1000:fill=1",
+        ];
+        let out = with_fake(&args, &log, &[]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(json["device"], "cuda:0", "{name}: routed by the image");
+        // The kernel did not run (the fake only logs), so y comes back as it went in: the
+        // copies in both directions are real.
+        assert_eq!(json["buffers"][1]["head"][0], 1.0, "{name}: {json}");
+        assert_eq!(json["buffers"][0]["head"][3], 3.0, "{name}: {json}");
+        let lines = log_lines(&log);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l == load || l.starts_with(&format!("{load} "))),
+            "{name}: {lines:#?}"
+        );
+        let (launches, allocs) = launches_and_allocations(&lines);
+        assert_eq!(launches.len(), 1, "{name}: {lines:#?}");
+        let prefix = "launch saxpy grid=4,1,1 block=256,1,1 shared=0 default params=";
+        assert!(launches[0].starts_with(prefix), "{name}: {}", launches[0]);
+        if load == "load ptx" {
+            // The fake knows PTX kernels' parameters, so it logs their bytes.
+            let want = [
+                le(&1000i32.to_le_bytes()),
+                le(&2f32.to_le_bytes()),
+                le(&allocs[0].to_le_bytes()),
+                le(&allocs[1].to_le_bytes()),
+            ];
+            assert_eq!(&launches[0][prefix.len()..], want.join(","), "{name}");
+        }
+        if name.ends_with(".bc") {
+            assert_eq!(json["jit"]["compiles"], 1, "{json}");
+            assert!(
+                json["jit"]["post_process"]
+                    .as_str()
+                    .unwrap()
+                    .contains("ptxas"),
+                "{json}"
+            );
+        }
+        assert_contracts_kept(&lines, name);
+    }
+}
+
+#[test]
+fn images_the_device_cannot_run_are_refused_naming_both_architectures() {
+    let dir = scratch("fake-cuda-mismatch");
+    let bc = nvptx_bitcode("saxpy", "sm_90");
+    let cubin = dir.join("saxpy.cubin");
+    std::fs::write(&cubin, nvptx_jit(&bc, "sm_90", &[], "mismatch-cubin")).unwrap();
+    let ptx = dir.join("saxpy.ptx");
+    std::fs::write(
+        &ptx,
+        nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "mismatch-ptx"),
+    )
+    .unwrap();
+    for (image, cc, want) in [
+        (
+            &cubin,
+            "8.0",
+            "the cubin is for sm_90, this device is sm_80",
+        ),
+        (
+            &cubin,
+            "10.0",
+            "the cubin is for sm_90, this device is sm_100a",
+        ),
+        (&ptx, "8.6", "the PTX targets sm_90, this device is sm_86"),
+    ] {
+        let log = log_file("mismatch");
+        let out = with_fake(
+            &["run", image.to_str().unwrap(), "--kernel", "saxpy"],
+            &log,
+            &[("FAKE_CUDA_CC", cc)],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(want), "{err}");
+        assert!(
+            !log_lines(&log).iter().any(|l| l.starts_with("load")),
+            "never handed to the driver"
+        );
+    }
+    // Bitcode for sm_90 is compiled for an sm_100 device at the newest SM LLVM knows, and
+    // assembled by ptxas for the device itself.
+    let log = log_file("newer");
+    let out = with_fake(
+        &[
+            "run",
+            bc.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--arg",
+            "i32:0",
+            "--arg",
+            "f32:0",
+            "--arg",
+            "buf:f32:1",
+            "--arg",
+            "buf:f32:1",
+        ],
+        &log,
+        &[("FAKE_CUDA_CC", "10.0")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn driver_errors_name_the_call_the_cuda_error_and_the_compiler_log() {
+    let dir = scratch("fake-cuda-errors");
+    let bc = nvptx_bitcode("saxpy", "sm_90");
+    let ptx = nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "errors-ptx");
+    let mut text = String::from_utf8(ptx).unwrap();
+    text.push_str("\n// bogus_instruction\n");
+    let bad = dir.join("bad.ptx");
+    std::fs::write(&bad, text).unwrap();
+    let log = log_file("errors");
+    let out = with_fake(
+        &["run", bad.to_str().unwrap(), "--kernel", "saxpy"],
+        &log,
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for want in [
+        "cuModuleLoadDataEx",
+        "CUDA_ERROR_INVALID_PTX",
+        "the driver's PTX compiler said: ptxas application ptx input, line 9; error   : Unknown instruction 'bogus_instruction' | ptxas fatal",
+        "bad.ptx",
+    ] {
+        assert!(err.contains(want), "'{want}' missing from: {err}");
+    }
+    // Out of device memory: the call and the CUDA error name.
+    let good = dir.join("good.ptx");
+    std::fs::write(
+        &good,
+        nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "errors-good"),
+    )
+    .unwrap();
+    let out = with_fake(
+        &[
+            "run",
+            good.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--arg",
+            "i32:1",
+            "--arg",
+            "f32:1",
+            "--arg",
+            "buf:f32:1000",
+            "--arg",
+            "buf:f32:1000",
+        ],
+        &log,
+        &[("FAKE_CUDA_MEMORY", "6000")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cuMemAlloc_v2") && err.contains("CUDA_ERROR_OUT_OF_MEMORY"),
+        "{err}"
+    );
+    // A kernel the module does not have.
+    let out = with_fake(
+        &["run", good.to_str().unwrap(), "--kernel", "nope"],
+        &log,
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("kernel 'nope'") && err.contains("CUDA_ERROR_NOT_FOUND"),
+        "{err}"
+    );
+    assert_contracts_kept(&log_lines(&log), "errors");
+}
+
+/// In this process: queues, events and threads. Every thread that calls in, and every queue's
+/// own thread, must have the context current (the fake refuses calls otherwise); memory is
+/// freed once, after the work using it; more than 48 KiB of dynamic shared memory is opted into.
+#[test]
+fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
+    use offload::{KernelArg, LaunchDims, MemoryKind};
+    let log = log_file("in-process");
+    // SAFETY: this test binary has this one test; nothing else reads the environment yet.
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", &log);
+        std::env::set_var("OFFLOAD_PTXAS", ptxas());
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let device = rt.device("cuda", 0).unwrap();
+    let bc = nvptx_bitcode("saxpy", "sm_90");
+    let ptx = nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "in-process");
+    let program = device.load(&ptx).unwrap();
+    let kernel = program.kernel("saxpy").unwrap();
+    let raw = device.raw().clone();
+    let n = 4096usize;
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let raw = raw.clone();
+            s.spawn(move || {
+                let x = raw.alloc((n * 4) as u64, MemoryKind::Device).unwrap();
+                let y = raw.alloc((n * 4) as u64, MemoryKind::Device).unwrap();
+                let queue = raw.queue_create().unwrap();
+                let host: Vec<u8> = (0..n * 4).map(|i| (i * (t + 1)) as u8).collect();
+                let mut back = vec![0u8; n * 4];
+                // SAFETY: `host` and `back` outlive the queue synchronisation below.
+                unsafe {
+                    raw.copy_to_device(x, host.as_ptr(), host.len(), Some(queue))
+                        .unwrap();
+                }
+                let dims = LaunchDims {
+                    grid: [16, 1, 1],
+                    block: [256, 1, 1],
+                    shared_mem_bytes: if t == 0 { 64 << 10 } else { 0 },
+                };
+                let args = [
+                    KernelArg::I32(n as i32),
+                    KernelArg::F32(2.0),
+                    KernelArg::Ptr(x),
+                    KernelArg::Ptr(y),
+                ];
+                raw.launch(kernel.handle(), &dims, &args, Some(queue))
+                    .unwrap();
+                raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue))
+                    .unwrap();
+                let event = raw.event_create().unwrap();
+                raw.event_record(event, queue).unwrap();
+                // SAFETY: as above.
+                unsafe {
+                    raw.copy_from_device(back.as_mut_ptr(), y, back.len(), Some(queue))
+                        .unwrap();
+                }
+                // Freed while the queue may still use them: the layer frees after the work.
+                raw.free(x).unwrap();
+                raw.free(y).unwrap();
+                raw.event_synchronize(event).unwrap();
+                raw.queue_synchronize(queue).unwrap();
+                assert_eq!(
+                    back, host,
+                    "thread {t}: x went to the device, to y, and back"
+                );
+                raw.event_destroy(event).unwrap();
+                raw.queue_destroy(queue).unwrap();
+            });
+        }
+    });
+    drop(program);
+    let lines = log_lines(&log);
+    let launches = lines
+        .iter()
+        .filter(|l| l.starts_with("launch saxpy"))
+        .count();
+    assert_eq!(launches, 4, "{lines:#?}");
+    assert!(
+        lines.iter().any(|l| l == "attribute saxpy 8 65536"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("shared=65536 stream")),
+        "{lines:#?}"
+    );
+    assert_contracts_kept(&lines, "threads and queues");
+}
