@@ -4,7 +4,9 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config; do
+# libhsa-runtime64-1 / libhsa-runtime-dev: ROCm's HSA runtime, which the amdgpu plugin's tests
+# load for real (it reports no GPU here) and whose headers the fake runtime is built against.
+for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config libhsa-runtime64-1 libhsa-runtime-dev; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     need_apt+=("$pkg")
   fi
@@ -48,4 +50,4 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest (crates.io)"
   cargo install cargo-nextest --locked --quiet
 fi
-echo "setup: ok (clang-19, ld.lld-19, llvm-19, libffi, ptxas in .tools/cuda, cargo-nextest present)"
+echo "setup: ok (clang-19, ld.lld-19, llvm-19, libffi, the HSA runtime, ptxas in .tools/cuda, cargo-nextest present)"

@@ -58,6 +58,16 @@ else: print("skip " + (p.get("reason") or p["status"]))
 cuda_gpu=()
 if [ "${cuda_state%% *}" = gpu ]; then cuda_gpu=(--run-ignored all); fi
 run_group cuda    "${cuda_gpu[@]}" -p plugin-cuda -p offload-tests -E 'package(plugin-cuda) | binary(cuda) | binary(cuda_fake_driver) | binary(cuda_mutations)'
+amd_state=$(target/debug/offload info --json 2>/dev/null | python3 -c '
+import json, sys
+p = next((p for p in json.load(sys.stdin)["plugins"] if p["name"] == "amdgpu"), None)
+if p is None: print("skip the amdgpu plugin was not found")
+elif p["status"] == "ok": print("gpu " + ", ".join(d.get("name", "?") + " (" + d.get("compute_unit", "?") + ")" for d in p["devices"]))
+else: print("skip " + (p.get("reason") or p["status"]))
+' 2>/dev/null || echo "skip offload info failed")
+amd_gpu=()
+if [ "${amd_state%% *}" = gpu ]; then amd_gpu=(--run-ignored all); fi
+run_group amdgpu  "${amd_gpu[@]}" -p plugin-amdgpu -p offload-tests -E 'package(plugin-amdgpu) | binary(amdgpu) | binary(amdgpu_fake_runtime)'
 
 # Every test of the workspace must belong to some group: a test no group runs is a test CI
 # never runs.
@@ -77,9 +87,17 @@ if [ "${cuda_state%% *}" = gpu ]; then
   echo "      GPU tests ran on: ${cuda_state#gpu }"
 else
   echo "      GPU tests skipped (counted above): ${cuda_state#skip }"
-  echo "      on a machine with an NVIDIA GPU they run here, and in scripts/gpu-check-cuda.sh"
+  echo "      on a machine with an NVIDIA GPU they run here, and in scripts/gpu-check.sh cuda"
 fi
-printf '%-12s %6s %6s %6s   %s\n' amdgpu - - - "not run: no plugin-amdgpu crate yet (AMDGPU backend issue)"
+echo "amdgpu: ran up to the runtime: code objects from the JIT and clang (targets, target-id features, kernarg"
+echo "      layouts from the metadata), refusals, mutants, the real ROCm runtime (libhsa-runtime64) loaded, and the"
+echo "      device path against a fake HSA runtime (tests/fake-hsa)"
+if [ "${amd_state%% *}" = gpu ]; then
+  echo "      GPU tests ran on: ${amd_state#gpu }"
+else
+  echo "      GPU tests skipped (counted above): ${amd_state#skip }"
+  echo "      on a machine with an AMD GPU they run here, and in scripts/gpu-check.sh amdgpu"
+fi
 echo "(jit: the engine, its client and the worker process, incl. PTX/AMDGPU/x86-64 oracle tests against"
 echo " opt-19|llc-19 through the worker, and the isolation tests: LLVM aborts, memory bombs, runaway compiles,"
 echo " killed workers, bitcode mutants; nvptx64 and amdgcn builds of include/offload_kernel.h are checked in"

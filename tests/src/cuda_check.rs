@@ -4,24 +4,17 @@
 //! launch, and the JIT times. Images are prepared where the build tools are (clang-19, the JIT,
 //! ptxas) and run where the GPU is, which needs only the NVIDIA driver and the files prepared.
 //!
-//! Used by `scripts/gpu-check-cuda.sh` (through the `cuda-gpu-check` binary) and by the
-//! `#[ignore]`d GPU test in `tests/tests/cuda.rs`.
+//! Used by `scripts/gpu-check.sh cuda` (through the `cuda-gpu-check` binary) and by the
+//! `#[ignore]`d GPU test in `tests/tests/cuda.rs`, which include this file as a module: it links
+//! the cuda plugin as a library, and one program can hold only one backend library (each
+//! defines the `offload_plugin_entry` symbol), so it is not part of the `offload_tests` library.
 
-use crate::{host_kernel, nvptx_bitcode, nvptx_jit, ptxas_cubin};
-use offload::{KernelArg, LaunchDims};
+use offload::LaunchDims;
 use offload_plugin_cuda::fatbin::{self, EntryKind};
 use offload_plugin_cuda::sm::Sm;
+use offload_tests::gpu_check::{KERNELS, cases, compare_kinds, host_results, per_call_us};
+use offload_tests::{host_kernel, nvptx_bitcode, nvptx_jit, ptxas_cubin};
 use std::path::Path;
-use std::time::Instant;
-
-/// The kernels, as `(source file, kernel symbol)`.
-pub const KERNELS: [(&str, &str); 5] = [
-    ("saxpy", "saxpy"),
-    ("stencil2d", "stencil2d"),
-    ("args16", "args16"),
-    ("atomics", "histogram"),
-    ("ids", "ids"),
-];
 
 /// The SM the PTX and bitcode are built for: old enough that every current GPU runs it.
 pub const BASE_SM: &str = "sm_80";
@@ -61,170 +54,9 @@ fn read(p: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// One buffer argument's initial contents.
-#[derive(Clone)]
-enum Init {
-    Zero,
-    IotaF32,
-    FillF32(f32),
-}
-
-#[derive(Clone)]
-enum Arg {
-    Scalar(KernelArg),
-    Buffer { bytes: usize, init: Init },
-}
-
-struct Case {
-    kernel: &'static str,
-    symbol: &'static str,
-    dims: LaunchDims,
-    args: Vec<Arg>,
-}
-
-fn cases() -> Vec<Case> {
-    use Arg::{Buffer, Scalar};
-    let n = 1_000_003usize;
-    let dims = |grid: [u32; 3], block: [u32; 3]| LaunchDims {
-        grid,
-        block,
-        shared_mem_bytes: 0,
-    };
-    vec![
-        Case {
-            kernel: "saxpy",
-            symbol: "saxpy",
-            dims: dims([n.div_ceil(256) as u32, 1, 1], [256, 1, 1]),
-            args: vec![
-                Scalar(KernelArg::I32(n as i32)),
-                Scalar(KernelArg::F32(2.5)),
-                Buffer {
-                    bytes: 4 * n,
-                    init: Init::IotaF32,
-                },
-                Buffer {
-                    bytes: 4 * n,
-                    init: Init::FillF32(1.0),
-                },
-            ],
-        },
-        Case {
-            kernel: "stencil2d",
-            symbol: "stencil2d",
-            dims: dims([63, 63, 1], [16, 16, 1]),
-            args: vec![
-                Scalar(KernelArg::I32(1000)),
-                Scalar(KernelArg::I32(1000)),
-                Buffer {
-                    bytes: 4 * 1_000_000,
-                    init: Init::IotaF32,
-                },
-                Buffer {
-                    bytes: 4 * 1_000_000,
-                    init: Init::Zero,
-                },
-            ],
-        },
-        Case {
-            kernel: "args16",
-            symbol: "args16",
-            dims: dims([8, 1, 1], [128, 1, 1]),
-            args: vec![
-                Scalar(KernelArg::I32(-1)),
-                Scalar(KernelArg::I64(-2)),
-                Scalar(KernelArg::F32(3.5)),
-                Scalar(KernelArg::F64(-4.25)),
-                Scalar(KernelArg::I32(5)),
-                Scalar(KernelArg::F32(6.0)),
-                Scalar(KernelArg::F64(7.0)),
-                Scalar(KernelArg::I64(8_000_000_000)),
-                Scalar(KernelArg::F32(9.0)),
-                Scalar(KernelArg::F64(10.0)),
-                Scalar(KernelArg::I32(11)),
-                Scalar(KernelArg::F64(12.0)),
-                Scalar(KernelArg::F32(13.0)),
-                Scalar(KernelArg::I64(14)),
-                Buffer {
-                    bytes: 8 * 1000,
-                    init: Init::Zero,
-                },
-                Scalar(KernelArg::I32(1000)),
-            ],
-        },
-        Case {
-            kernel: "atomics",
-            symbol: "histogram",
-            dims: dims([4000, 1, 1], [256, 1, 1]),
-            args: vec![
-                Scalar(KernelArg::I32(1_000_000)),
-                Scalar(KernelArg::I32(256)),
-                Buffer {
-                    bytes: 4 * 256,
-                    init: Init::Zero,
-                },
-                Buffer {
-                    bytes: 8,
-                    init: Init::Zero,
-                },
-            ],
-        },
-        Case {
-            kernel: "ids",
-            symbol: "ids",
-            dims: dims([3, 2, 2], [4, 3, 2]),
-            args: vec![Buffer {
-                bytes: 4 * 12 * 12 * 24,
-                init: Init::Zero,
-            }],
-        },
-    ]
-}
-
-fn initial(bytes: usize, init: &Init) -> Vec<u8> {
-    match init {
-        Init::Zero => vec![0; bytes],
-        Init::IotaF32 => (0..bytes / 4)
-            .flat_map(|i| (i as f32).to_le_bytes())
-            .collect(),
-        Init::FillF32(v) => (0..bytes / 4).flat_map(|_| v.to_le_bytes()).collect(),
-    }
-}
-
-/// Loads `image` on `device`, runs the case, and returns every buffer's final contents.
-fn run_case(device: &offload::Device, image: &[u8], case: &Case) -> Result<Vec<Vec<u8>>, String> {
-    let program = device.load(image).map_err(|e| e.to_string())?;
-    let kernel = program.kernel(case.symbol).map_err(|e| e.to_string())?;
-    let mut buffers = Vec::new();
-    let mut args = Vec::new();
-    for a in &case.args {
-        match a {
-            Arg::Scalar(v) => args.push(*v),
-            Arg::Buffer { bytes, init } => {
-                let b = device
-                    .alloc_buffer(*bytes as u64)
-                    .map_err(|e| e.to_string())?;
-                b.write(&initial(*bytes, init)).map_err(|e| e.to_string())?;
-                args.push(KernelArg::Ptr(b.ptr()));
-                buffers.push(b);
-            }
-        }
-    }
-    program
-        .launch(kernel, &case.dims, &args)
-        .map_err(|e| e.to_string())?;
-    buffers
-        .iter()
-        .map(|b| {
-            let mut out = vec![0; b.size() as usize];
-            b.read(&mut out).map(|()| out).map_err(|e| e.to_string())
-        })
-        .collect()
-}
-
 /// Runs the check on `cuda:0` against `host:0` with the images in `dir`, printing one line per
 /// kernel and image kind; `Err` lists every mismatch or failure.
 pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
-    let host = runtime.device("host", 0).map_err(|e| e.to_string())?;
     let gpu = runtime
         .device("cuda", 0)
         .map_err(|e| format!("no CUDA device: {e}"))?;
@@ -238,8 +70,7 @@ pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
     let mut failures = Vec::new();
     for case in cases() {
         let k = case.kernel;
-        let want = run_case(&host, &read(&dir.join(format!("{k}.host.so")))?, &case)
-            .map_err(|e| format!("{k} on the host: {e}"))?;
+        let want = host_results(runtime, dir, &case)?;
         let ptx = read(&dir.join(format!("{k}.ptx")))?;
         let base_cubin = read(&dir.join(format!("{k}.{BASE_SM}.cubin")))?;
         let own_cubin = read(&dir.join(format!("{k}.{sm}.cubin"))).ok();
@@ -262,54 +93,13 @@ pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
             format!("bitcode {BASE_SM}"),
             read(&dir.join(format!("{k}.bc")))?,
         ));
-        for (kind, image) in kinds {
-            let before = jit.jit_stats();
-            let t = Instant::now();
-            let got = run_case(&gpu, &image, &case);
-            let ms = t.elapsed().as_secs_f64() * 1e3;
-            let jit_ms = match (before, jit.jit_stats()) {
-                (Some(b), Some(a)) if a.compiles > b.compiles => {
-                    format!(", JIT {:.1} ms", (a.compile_ns - b.compile_ns) as f64 / 1e6)
-                }
-                _ => String::new(),
-            };
-            match got {
-                Ok(got) if got == want => {
-                    println!("{k:10} {kind:14} matches the host bit for bit ({ms:.1} ms{jit_ms})")
-                }
-                Ok(got) => {
-                    let which: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
-                    println!("{k:10} {kind:14} DIFFERS from the host in buffer(s) {which:?}");
-                    failures.push(format!("{k} from {kind}: buffers {which:?} differ"));
-                }
-                Err(e) => {
-                    println!("{k:10} {kind:14} FAILED: {e}");
-                    failures.push(format!("{k} from {kind}: {e}"));
-                }
-            }
-        }
+        failures.extend(compare_kinds(&gpu, Some(jit), &case, &want, kinds));
     }
     if failures.is_empty() {
         Ok(())
     } else {
         Err(failures.join("\n"))
     }
-}
-
-/// Best per-iteration time of `f` over 5 rounds of `n` calls, in µs.
-pub fn per_call_us(n: u32, mut f: impl FnMut()) -> f64 {
-    for _ in 0..n / 10 {
-        f();
-    }
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
-        for _ in 0..n {
-            f();
-        }
-        best = best.min(t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    }
-    best
 }
 
 /// The offload side of the launch benchmark: the empty kernel's cubin on `cuda:0`, launched

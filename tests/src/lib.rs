@@ -4,7 +4,7 @@
 //! The tests expect `cargo build --workspace` (or `cargo test --workspace`) to have built the
 //! plugins and the binary; a missing artefact fails with a message that says so.
 
-pub mod cuda_check;
+pub mod gpu_check;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -352,4 +352,60 @@ pub fn plugin_json<'a>(info: &'a serde_json::Value, name: &str) -> &'a serde_jso
         .as_array()
         .and_then(|a| a.iter().find(|p| p["name"] == name))
         .unwrap_or_else(|| panic!("plugin '{name}' is not in {info}"))
+}
+
+/// The LLVM triple of AMD GPUs.
+pub const AMDGCN: &str = "amdgcn-amd-amdhsa";
+
+/// amdgcn bitcode of `kernels/<kernel>.c` for `gfx` (a target id: `gfx90a`, `gfx90a:xnack+`).
+pub fn amdgcn_bitcode(kernel: &str, gfx: &str) -> PathBuf {
+    kernel_ir(
+        kernel,
+        &["-target", AMDGCN, &format!("-mcpu={gfx}"), "-nogpulib"],
+        "bc",
+    )
+}
+
+/// `offload jit` of `input` for amdgcn `cpu` (with `extra` options): the code object's bytes.
+pub fn amdgcn_jit(input: &Path, cpu: &str, extra: &[&str], tag: &str) -> Vec<u8> {
+    let out = scratch("amdgpu-jit").join(format!("{tag}.hsaco"));
+    let mut args = vec![
+        "jit",
+        input.to_str().unwrap(),
+        "--target",
+        AMDGCN,
+        "--cpu",
+        cpu,
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = offload(&args, &[]);
+    assert!(o.status.success(), "{tag}: {}", stderr(&o));
+    std::fs::read(out).unwrap()
+}
+
+/// The fake HSA runtime (`tests/fake-hsa/fake_hsa.c`: a runtime without a GPU that checks the
+/// runtime's contracts and logs dispatches), built once per test process against the real ROCm
+/// headers.
+pub fn fake_hsa_runtime() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let src = repo_root().join("tests/fake-hsa/fake_hsa.c");
+        let lib = scratch("fake-hsa").join("libhsa_fake.so");
+        clang(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-pthread",
+            "-I/usr/include/hsa",
+            src.to_str().unwrap(),
+            "-o",
+            lib.to_str().unwrap(),
+        ]);
+        lib
+    })
+    .clone()
 }

@@ -8,6 +8,10 @@ use offload_core::image::ImageKind;
 use offload_plugin_cuda::fatbin::{self, EntryKind};
 use offload_plugin_cuda::sm::{Sm, cubin_sm, ptx_target};
 use offload_tests::nvptx_jit as jit;
+
+#[path = "../src/cuda_check.rs"]
+#[allow(dead_code)]
+mod cuda_check;
 use offload_tests::*;
 use std::path::{Path, PathBuf};
 
@@ -263,9 +267,9 @@ fn stub_and_broken_drivers_are_reported_not_crashed_on() {
 }
 
 /// With a GPU: every kernel from cubin, PTX, fatbin and bitcode, compared bit for bit with the
-/// host plugin's results (the check `scripts/gpu-check-cuda.sh` runs, here on images built now).
+/// host plugin's results (the check `scripts/gpu-check.sh cuda` runs, here on images built now).
 #[test]
-#[ignore = "needs an NVIDIA GPU: scripts/test.sh runs it where `offload info` lists a CUDA device, scripts/gpu-check-cuda.sh always"]
+#[ignore = "needs an NVIDIA GPU: scripts/test.sh runs it where `offload info` lists a CUDA device, scripts/gpu-check.sh cuda always"]
 fn on_a_gpu_every_kernel_and_image_kind_matches_the_host() {
     if let Some(reason) = has_cuda_device() {
         panic!("this test needs a CUDA device: {reason}");
@@ -276,11 +280,11 @@ fn on_a_gpu_every_kernel_and_image_kind_matches_the_host() {
         .unwrap()
         .to_string();
     let dir = scratch("cuda-gpu");
-    offload_tests::cuda_check::prepare(&dir, &[&sm]).unwrap();
+    cuda_check::prepare(&dir, &[&sm]).unwrap();
     // Bitcode is assembled by the ptxas on PATH (scripts/test.sh puts the one it installs
     // there), else compiled by the driver's JIT.
     let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], None);
-    if let Err(e) = offload_tests::cuda_check::run(&dir, &rt) {
+    if let Err(e) = cuda_check::run(&dir, &rt) {
         panic!("{e}");
     }
 }

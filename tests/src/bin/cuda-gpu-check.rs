@@ -1,4 +1,4 @@
-//! The CUDA GPU check (see `offload_tests::cuda_check` and `scripts/gpu-check-cuda.sh`).
+//! The CUDA GPU check (see `tests/src/cuda_check.rs` and `scripts/gpu-check.sh cuda`).
 //!
 //!     cuda-gpu-check prepare DIR      where the build tools are: writes the images into DIR
 //!     cuda-gpu-check run DIR [N]      where the GPU is: every kernel from every image kind
@@ -7,7 +7,9 @@
 //!
 //! The plugins and the JIT worker are looked for next to this executable.
 
-use offload_tests::cuda_check;
+#[path = "../cuda_check.rs"]
+mod cuda_check;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,12 +28,12 @@ fn raw_cudarc_launch_us(cubin: Vec<u8>, n: u32) -> Result<(f64, f64), String> {
         block_dim: (1, 1, 1),
         shared_mem_bytes: 0,
     };
-    let sync = cuda_check::per_call_us(n, || {
+    let sync = offload_tests::gpu_check::per_call_us(n, || {
         // SAFETY: `empty` takes no parameters.
         unsafe { stream.launch_builder(&f).launch(cfg) }.unwrap();
         stream.synchronize().unwrap();
     });
-    let queued = cuda_check::per_call_us(1, || {
+    let queued = offload_tests::gpu_check::per_call_us(1, || {
         for _ in 0..n {
             // SAFETY: as above.
             unsafe { stream.launch_builder(&f).launch(cfg) }.unwrap();

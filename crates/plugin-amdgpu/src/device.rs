@@ -1,0 +1,917 @@
+//! One AMD GPU (an HSA GPU agent): the hooks the generic device layer calls.
+//!
+//! Memory comes from the agent's coarse-grained global pool (device memory) and the CPU's
+//! fine-grained pool (pinned host and shared memory); kernel arguments from the CPU's kernarg
+//! pool. Copies lock the host range for the agent and use the agent's DMA engines
+//! (`hsa_amd_memory_async_copy`). A queue of the layer owns an HSA queue; work without a queue
+//! runs on a queue of the device's own. Each operation waits for its completion signal, so memory
+//! the layer keeps alive for an operation is never freed while the GPU still uses it.
+
+use crate::TRIPLE;
+use crate::hsa::{
+    self, DispatchPacket, Handle, Hsa, Queue, agent_info, aql, pool_info, symbol_info,
+};
+use crate::metadata::{self, ArgKind, Metadata};
+use crate::target::{TargetId, code_object_target};
+use offload_core::image::ImageKind;
+use offload_core::jit::{JitTarget, ParamType, PostProcess};
+use offload_core::{
+    DeviceInfo, DeviceLimits, DevicePtr, Error, GlobalSymbol, KernelArg, LaunchDims, MemoryKind,
+    Result,
+};
+use offload_plugin_common::{DeviceBackend, Fit, Op};
+use std::ffi::{CString, c_int, c_void};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Packets in each HSA queue (each operation waits for its own, so few are ever in flight).
+const QUEUE_PACKETS: u32 = 256;
+/// How long one wait on a signal blocks before the queue's error flag is looked at (a hint to
+/// the runtime, in its timestamp units; the loop does not depend on it).
+const WAIT_HINT: u64 = 1 << 30;
+
+/// The memory pools of a GPU agent and the CPU agent next to it.
+#[derive(Debug, Clone, Copy)]
+pub struct Pools {
+    /// The GPU's coarse-grained global pool.
+    pub device: Handle,
+    /// Its size in bytes.
+    pub device_bytes: u64,
+    /// A fine-grained pool of the CPU (pinned host memory the GPU can reach).
+    pub host: Handle,
+    /// The CPU pool kernel arguments are allocated from.
+    pub kernarg: Handle,
+}
+
+/// An HSA queue, with the error its callback recorded.
+pub struct HsaQueue {
+    queue: *mut Queue,
+    /// 0, or the status the runtime reported for the queue.
+    error: Box<AtomicI32>,
+    hsa: Arc<Hsa>,
+}
+
+impl std::fmt::Debug for HsaQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HsaQueue({:p})", self.queue)
+    }
+}
+
+unsafe extern "C" fn queue_error(status: c_int, _queue: *mut Queue, data: *mut c_void) {
+    // SAFETY: `data` is the queue's boxed flag, which outlives the queue.
+    let flag = unsafe { &*data.cast::<AtomicI32>() };
+    flag.store(status, Ordering::Release);
+}
+
+impl HsaQueue {
+    fn create(hsa: &Arc<Hsa>, agent: Handle, max: u32) -> Result<HsaQueue> {
+        let error = Box::new(AtomicI32::new(0));
+        let mut queue: *mut Queue = std::ptr::null_mut();
+        let size = QUEUE_PACKETS.min(max.max(1).next_power_of_two());
+        // SAFETY: live out-pointer; the callback's data is the boxed flag, which lives as long
+        // as the queue (dropped after `hsa_queue_destroy`).
+        unsafe {
+            hsa.hsa_queue_create(
+                agent,
+                size,
+                aql::QUEUE_TYPE_MULTIPLE,
+                Some(queue_error),
+                (&*error as *const AtomicI32).cast_mut().cast(),
+                u32::MAX,
+                u32::MAX,
+                &mut queue,
+            )?
+        };
+        if queue.is_null() {
+            return Err(Error::Driver {
+                code: 0,
+                message: "hsa_queue_create returned no queue".into(),
+            });
+        }
+        Ok(HsaQueue {
+            queue,
+            error,
+            hsa: hsa.clone(),
+        })
+    }
+
+    fn failed(&self) -> Option<Error> {
+        match self.error.load(Ordering::Acquire) {
+            0 => None,
+            status => Some(
+                self.hsa
+                    .check(status, "the device's queue")
+                    .err()
+                    .unwrap_or_else(|| Error::DeviceFailure(format!("queue status {status:#x}")))
+                    .context("the GPU reported an error while running work (a memory fault, a trap, or an illegal instruction); the queue is unusable"),
+            ),
+        }
+    }
+}
+
+impl Drop for HsaQueue {
+    fn drop(&mut self) {
+        // SAFETY: a queue we created, destroyed once, after its last operation was waited for.
+        let _ = unsafe { self.hsa.hsa_queue_destroy(self.queue) };
+    }
+}
+
+// SAFETY: an HSA queue may be used from any thread (it is a multi-producer queue; writers
+// reserve slots atomically).
+unsafe impl Send for HsaQueue {}
+// SAFETY: see above.
+unsafe impl Sync for HsaQueue {}
+
+/// A loaded code object: its executable, reader and metadata.
+pub struct Program {
+    executable: Handle,
+    reader: Handle,
+    metadata: Metadata,
+    hsa: Arc<Hsa>,
+    /// The bytes the reader reads from (kept until it is destroyed).
+    _image: Vec<u8>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Program({} kernels)", self.metadata.kernels.len())
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once, after the last launch that used it (the layer holds it).
+        unsafe {
+            let _ = self.hsa.hsa_executable_destroy(self.executable);
+            let _ = self.hsa.hsa_code_object_reader_destroy(self.reader);
+        }
+    }
+}
+
+/// A kernel: its descriptor and what the metadata says of its arguments.
+#[derive(Debug)]
+pub struct Kernel {
+    object: u64,
+    group_segment_size: u32,
+    private_segment_size: u32,
+    meta: metadata::Kernel,
+}
+
+/// See the module docs.
+pub struct AmdDevice {
+    hsa: Arc<Hsa>,
+    agent: Handle,
+    cpu: Handle,
+    pools: Pools,
+    target: TargetId,
+    info: DeviceInfo,
+    queue_max: u32,
+    /// The queue for work that is not on a queue of the layer (created on first use, replaced
+    /// after an error).
+    own_queue: Mutex<Option<HsaQueue>>,
+}
+
+impl std::fmt::Debug for AmdDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AmdDevice({}, {})", self.info.name, self.target)
+    }
+}
+
+/// Reads a fixed-size attribute with `get`.
+fn attribute<T: Default>(get: impl FnOnce(*mut c_void) -> Result<()>) -> Result<T> {
+    let mut v = T::default();
+    get((&mut v as *mut T).cast())?;
+    Ok(v)
+}
+
+fn c_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).trim().to_string()
+}
+
+impl AmdDevice {
+    /// Opens GPU agent `agent` (with CPU agent `cpu` and their pools).
+    pub fn open(hsa: Arc<Hsa>, agent: Handle, cpu: Handle, pools: Pools) -> Result<AmdDevice> {
+        let get = |attr: i32, out: *mut c_void| {
+            // SAFETY: every caller passes a live out-buffer of the attribute's documented size.
+            unsafe { hsa.hsa_agent_get_info(agent, attr, out) }
+        };
+        let mut name = [0u8; 64];
+        get(agent_info::NAME, name.as_mut_ptr().cast())?;
+        let mut product = [0u8; 64];
+        get(agent_info::PRODUCT_NAME, product.as_mut_ptr().cast())?;
+        let isa = isa_name(&hsa, agent)?;
+        let target = TargetId::from_isa_name(&isa).map_err(|e| e.context("the device's ISA"))?;
+        let wavefront: u32 = attribute(|p| get(agent_info::WAVEFRONT_SIZE, p))?;
+        let max_wg: u32 = attribute(|p| get(agent_info::WORKGROUP_MAX_SIZE, p))?;
+        let wg_dim: [u16; 3] = attribute(|p| get(agent_info::WORKGROUP_MAX_DIM, p))?;
+        let grid_dim: [u32; 3] = attribute(|p| get(agent_info::GRID_MAX_DIM, p))?;
+        let cus: u32 = attribute(|p| get(agent_info::COMPUTE_UNIT_COUNT, p))?;
+        let queue_max: u32 = attribute(|p| get(agent_info::QUEUE_MAX_SIZE, p))?;
+        let product = c_string(&product);
+        let info = DeviceInfo {
+            name: if product.is_empty() {
+                c_string(&name)
+            } else {
+                product
+            },
+            compute_unit_kind: target.processor.clone(),
+            target_features: target.llvm_features(),
+            total_memory: pools.device_bytes,
+            compute_units: cus,
+            limits: DeviceLimits {
+                max_grid: grid_dim,
+                max_block: wg_dim.map(u32::from),
+                max_threads_per_block: max_wg,
+                warp_size: wavefront,
+            },
+        };
+        Ok(AmdDevice {
+            hsa,
+            agent,
+            cpu,
+            pools,
+            target,
+            info,
+            queue_max,
+            own_queue: Mutex::new(None),
+        })
+    }
+
+    /// The device's target id (`gfx90a:sramecc+:xnack-`).
+    pub fn target(&self) -> &TargetId {
+        &self.target
+    }
+
+    /// A completion signal at 1.
+    fn signal(&self) -> Result<Signal<'_>> {
+        let mut s: Handle = 0;
+        // SAFETY: live out-pointer; no consumer list.
+        unsafe { self.hsa.hsa_signal_create(1, 0, std::ptr::null(), &mut s)? };
+        Ok(Signal {
+            hsa: &self.hsa,
+            handle: s,
+        })
+    }
+
+    /// Waits until `signal` drops below 1, or `queue` reports an error.
+    fn wait(&self, signal: &Signal<'_>, queue: Option<&HsaQueue>, what: &str) -> Result<()> {
+        loop {
+            // SAFETY: a live signal of ours.
+            let v = unsafe {
+                self.hsa.hsa_signal_wait_scacquire(
+                    signal.handle,
+                    aql::CONDITION_LT,
+                    1,
+                    WAIT_HINT,
+                    aql::WAIT_BLOCKED,
+                )?
+            };
+            if v < 1 {
+                return Ok(());
+            }
+            if let Some(e) = queue.and_then(HsaQueue::failed) {
+                return Err(e.context(what.to_string()));
+            }
+        }
+    }
+
+    /// Copies `len` bytes with the DMA engines, `host` (if any) locked for the agent meanwhile.
+    fn dma(
+        &self,
+        dst: *mut c_void,
+        dst_agent: Handle,
+        src: *const c_void,
+        src_agent: Handle,
+        len: usize,
+    ) -> Result<()> {
+        let signal = self.signal()?;
+        // SAFETY: both ranges are valid for `len` bytes and reachable by the agents named (the
+        // caller locked host memory); the signal lives until the copy has completed.
+        unsafe {
+            self.hsa.hsa_amd_memory_async_copy(
+                dst,
+                dst_agent,
+                src,
+                src_agent,
+                len,
+                0,
+                std::ptr::null(),
+                signal.handle,
+            )?
+        };
+        self.wait(&signal, None, "copy")
+    }
+
+    /// Runs `f` with `host..host+len` locked for the agent; `f` gets the agent's address of it.
+    fn with_locked<T>(
+        &self,
+        host: *mut c_void,
+        len: usize,
+        f: impl FnOnce(*mut c_void) -> Result<T>,
+    ) -> Result<T> {
+        let mut agent = self.agent;
+        let mut agent_ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `host` is valid for `len` bytes (the copy's contract); unlocked below.
+        unsafe {
+            self.hsa
+                .hsa_amd_memory_lock(host, len, &mut agent, 1, &mut agent_ptr)?
+        };
+        let out = f(agent_ptr);
+        // SAFETY: locked above.
+        let _ = unsafe { self.hsa.hsa_amd_memory_unlock(host) };
+        out
+    }
+
+    /// Writes one dispatch packet to `queue`, rings its doorbell and waits for it.
+    fn dispatch(&self, queue: &HsaQueue, packet: DispatchPacket, name: &str) -> Result<()> {
+        if let Some(e) = queue.failed() {
+            return Err(e);
+        }
+        let signal = self.signal()?;
+        let mut packet = packet;
+        packet.completion_signal = signal.handle;
+        // SAFETY: `queue.queue` is a live queue; the slot reserved by the write-index increment
+        // is ours until the packet processor consumes it; the header is published last with
+        // release ordering, as the AQL protocol requires.
+        unsafe {
+            let q = &*queue.queue;
+            let index = self.hsa.hsa_queue_add_write_index_relaxed(queue.queue, 1)?;
+            while index - self.hsa.hsa_queue_load_read_index_scacquire(queue.queue)?
+                >= u64::from(q.size)
+            {
+                std::thread::yield_now();
+            }
+            let slot = q
+                .base_address
+                .cast::<DispatchPacket>()
+                .add((index % u64::from(q.size)) as usize);
+            // Body first (everything after the first 32 bits), then header + setup at once.
+            let body = std::ptr::addr_of_mut!((*slot).workgroup_size).cast::<u8>();
+            let from = std::ptr::addr_of!(packet.workgroup_size).cast::<u8>();
+            std::ptr::copy_nonoverlapping(from, body, std::mem::size_of::<DispatchPacket>() - 4);
+            let header = u32::from(packet.header) | u32::from(packet.setup) << 16;
+            AtomicU32::from_ptr(slot.cast::<u32>()).store(header, Ordering::Release);
+            self.hsa
+                .hsa_signal_store_relaxed(q.doorbell_signal, index as i64)?;
+        }
+        self.wait(&signal, Some(queue), &format!("kernel '{name}'"))
+    }
+
+    /// The kernel argument bytes of a launch, laid out as the metadata says.
+    fn kernargs(
+        &self,
+        k: &Kernel,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        queue: *mut Queue,
+        ndims: u16,
+    ) -> Result<Vec<u8>> {
+        let meta = &k.meta;
+        let mut bytes = vec![0u8; (meta.kernarg_segment_size as usize).max(16)];
+        let mut put = |offset: u32, size: u32, value: u64| {
+            let at = offset as usize;
+            let n = (size as usize).min(8);
+            bytes[at..at + n].copy_from_slice(&value.to_le_bytes()[..n]);
+        };
+        for (arg, value) in meta.explicit_args().zip(args) {
+            put(arg.offset, arg.size, value.to_bits().1);
+        }
+        for arg in &meta.args {
+            let ArgKind::Hidden(kind) = &arg.kind else {
+                continue;
+            };
+            // `_x`, `_y`, `_z` → 0, 1, 2.
+            let axis = |k: &str| match k.as_bytes().last() {
+                Some(b'x') => Some(0),
+                Some(b'y') => Some(1),
+                Some(b'z') => Some(2),
+                _ => None,
+            };
+            let value: u64 = match kind.as_str() {
+                k if k.starts_with("hidden_block_count_") => {
+                    axis(k).map_or(0, |d| u64::from(dims.grid[d]))
+                }
+                k if k.starts_with("hidden_group_size_") => {
+                    axis(k).map_or(0, |d| u64::from(dims.block[d]))
+                }
+                k if k.starts_with("hidden_remainder_")
+                    || k.starts_with("hidden_global_offset_") =>
+                {
+                    0
+                }
+                "hidden_grid_dims" => u64::from(ndims),
+                "hidden_dynamic_lds_size" => u64::from(dims.shared_mem_bytes),
+                "hidden_queue_ptr" => queue as u64,
+                // Runtime services (printf and hostcall buffers, device-side enqueue, heap,
+                // multi-grid sync) are not provided: 0, which a kernel that does not use them
+                // never reads.
+                _ => 0,
+            };
+            put(arg.offset, arg.size, value);
+        }
+        Ok(bytes)
+    }
+}
+
+/// A signal, destroyed on drop.
+struct Signal<'a> {
+    hsa: &'a Hsa,
+    handle: Handle,
+}
+
+impl Drop for Signal<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a signal we created, no longer waited on.
+        let _ = unsafe { self.hsa.hsa_signal_destroy(self.handle) };
+    }
+}
+
+/// The agent's ISA name (`amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-`).
+pub fn isa_name(hsa: &Hsa, agent: Handle) -> Result<String> {
+    unsafe extern "C" fn first(isa: Handle, data: *mut c_void) -> c_int {
+        // SAFETY: `data` is the `Option<Handle>` below.
+        unsafe { *data.cast::<Option<Handle>>() = Some(isa) };
+        hsa::INFO_BREAK
+    }
+    let mut isa: Option<Handle> = None;
+    // SAFETY: the callback writes the first ISA into `isa`, which outlives the call.
+    unsafe { hsa.hsa_agent_iterate_isas(agent, first, (&mut isa as *mut Option<Handle>).cast())? };
+    let isa = isa.ok_or_else(|| Error::Driver {
+        code: 0,
+        message: "the GPU agent reports no ISA".into(),
+    })?;
+    let len: u32 = attribute(|p| {
+        // SAFETY: a u32 out-value.
+        unsafe { hsa.hsa_isa_get_info_alt(isa, agent_info::ISA_NAME_LENGTH, p) }
+    })?;
+    let mut name = vec![0u8; (len as usize).clamp(1, 4096) + 1];
+    // SAFETY: the buffer holds the name and its terminator.
+    unsafe { hsa.hsa_isa_get_info_alt(isa, agent_info::ISA_NAME, name.as_mut_ptr().cast())? };
+    Ok(c_string(&name))
+}
+
+/// The pools of a GPU agent and its CPU agent, or `None` if one the plugin needs is missing.
+pub fn find_pools(hsa: &Hsa, gpu: Handle, cpu: Handle) -> Result<Option<Pools>> {
+    #[derive(Default)]
+    struct Found {
+        device: Option<(Handle, u64)>,
+        host: Option<Handle>,
+        kernarg: Option<Handle>,
+        hsa: usize,
+    }
+    unsafe extern "C" fn visit(pool: Handle, data: *mut c_void) -> c_int {
+        // SAFETY: `data` is the `Found` below, whose `hsa` is the address of a live `Hsa`.
+        let found = unsafe { &mut *data.cast::<Found>() };
+        // SAFETY: as above.
+        let hsa = unsafe { &*(found.hsa as *const Hsa) };
+        let get = |attr: i32, out: *mut c_void| {
+            // SAFETY: out-values of the attribute's size.
+            unsafe { hsa.hsa_amd_memory_pool_get_info(pool, attr, out) }.is_ok()
+        };
+        let (mut segment, mut flags, mut size, mut alloc) = (u32::MAX, 0u32, 0usize, false);
+        if !get(pool_info::SEGMENT, (&mut segment as *mut u32).cast())
+            || segment != pool_info::SEGMENT_GLOBAL
+            || !get(pool_info::GLOBAL_FLAGS, (&mut flags as *mut u32).cast())
+            || !get(
+                pool_info::RUNTIME_ALLOC_ALLOWED,
+                (&mut alloc as *mut bool).cast(),
+            )
+            || !alloc
+        {
+            return hsa::SUCCESS;
+        }
+        get(pool_info::SIZE, (&mut size as *mut usize).cast());
+        if flags & pool_info::FLAG_COARSE_GRAINED != 0 && found.device.is_none() {
+            found.device = Some((pool, size as u64));
+        }
+        if flags & pool_info::FLAG_KERNARG_INIT != 0 && found.kernarg.is_none() {
+            found.kernarg = Some(pool);
+        }
+        if flags & pool_info::FLAG_FINE_GRAINED != 0 && found.host.is_none() {
+            found.host = Some(pool);
+        }
+        hsa::SUCCESS
+    }
+    let mut gpu_found = Found {
+        hsa: hsa as *const Hsa as usize,
+        ..Found::default()
+    };
+    let mut cpu_found = Found {
+        hsa: hsa as *const Hsa as usize,
+        ..Found::default()
+    };
+    // SAFETY: the callbacks write into the `Found`s, which outlive the calls.
+    unsafe {
+        hsa.hsa_amd_agent_iterate_memory_pools(gpu, visit, (&mut gpu_found as *mut Found).cast())?;
+        hsa.hsa_amd_agent_iterate_memory_pools(cpu, visit, (&mut cpu_found as *mut Found).cast())?;
+    }
+    Ok(
+        match (gpu_found.device, cpu_found.host, cpu_found.kernarg) {
+            (Some((device, device_bytes)), Some(host), Some(kernarg)) => Some(Pools {
+                device,
+                device_bytes,
+                host,
+                kernarg,
+            }),
+            _ => None,
+        },
+    )
+}
+
+impl DeviceBackend for AmdDevice {
+    type Program = Program;
+    type Kernel = Kernel;
+    type Stream = HsaQueue;
+
+    fn info(&self) -> Result<DeviceInfo> {
+        Ok(self.info.clone())
+    }
+
+    fn jit_target(&self) -> Option<(JitTarget, PostProcess)> {
+        Some((
+            JitTarget {
+                triple: TRIPLE.into(),
+                cpu: self.target.processor.clone(),
+                features: self.target.llvm_features(),
+            },
+            PostProcess::LinkAmdgpuCodeObject {
+                gfx: self.target.processor.clone(),
+            },
+        ))
+    }
+
+    fn fits(&self, arch: &str) -> Fit {
+        if arch.is_empty() {
+            return Fit::Compatible;
+        }
+        match TargetId::from_isa_name(arch) {
+            Ok(id) if id == self.target => Fit::Exact,
+            Ok(id) => match id.runs_on(&self.target) {
+                Ok(()) => Fit::Compatible,
+                Err(e) => Fit::No(e.message().to_string()),
+            },
+            Err(_) => Fit::No(format!("'{arch}' is not an AMD GPU target")),
+        }
+    }
+
+    fn check_native(&self, image: &[u8], kind: &ImageKind) -> Result<()> {
+        match kind {
+            ImageKind::Elf(info) => {
+                code_object_target(info, image.get(8).copied().unwrap_or(0))?.runs_on(&self.target)
+            }
+            other => Err(Error::InvalidImage(format!(
+                "a {} is not an AMD code object",
+                other.describe()
+            ))),
+        }
+    }
+
+    fn load(&self, image: &[u8], kind: &ImageKind) -> Result<Program> {
+        self.check_native(image, kind)?;
+        let metadata = metadata::read(image)?;
+        let image = image.to_vec();
+        let mut reader: Handle = 0;
+        // SAFETY: `image` stays alive (in the Program) until the reader is destroyed.
+        unsafe {
+            self.hsa.hsa_code_object_reader_create_from_memory(
+                image.as_ptr().cast(),
+                image.len(),
+                &mut reader,
+            )?
+        };
+        let mut executable: Handle = 0;
+        // SAFETY: live out-pointer; an empty option string.
+        if let Err(e) = unsafe {
+            self.hsa.hsa_executable_create_alt(
+                aql::PROFILE_FULL,
+                aql::ROUNDING_DEFAULT,
+                c"".as_ptr(),
+                &mut executable,
+            )
+        } {
+            // SAFETY: the reader created above.
+            let _ = unsafe { self.hsa.hsa_code_object_reader_destroy(reader) };
+            return Err(e);
+        }
+        let program = Program {
+            executable,
+            reader,
+            metadata,
+            hsa: self.hsa.clone(),
+            _image: image,
+        };
+        // SAFETY: the executable and reader above (freed by `program`'s drop on error).
+        unsafe {
+            self.hsa.hsa_executable_load_agent_code_object(
+                executable,
+                self.agent,
+                reader,
+                c"".as_ptr(),
+                std::ptr::null_mut(),
+            )?;
+            self.hsa.hsa_executable_freeze(executable, c"".as_ptr())?;
+        }
+        Ok(program)
+    }
+
+    fn kernel(&self, program: &Program, name: &str) -> Result<(Kernel, Option<Vec<ParamType>>)> {
+        let meta = program.metadata.kernel(name).ok_or_else(|| {
+            let names: Vec<&str> = program
+                .metadata
+                .kernels
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect();
+            Error::NotFound(format!(
+                "kernel '{name}' is not in the code object (it has: {})",
+                if names.is_empty() {
+                    "no kernels".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))
+        })?;
+        if let Some(a) = meta
+            .args
+            .iter()
+            .find(|a| matches!(a.kind, ArgKind::Other(_)))
+        {
+            return Err(Error::Unsupported(format!(
+                "kernel '{name}' takes an argument of kind '{}' (offset {}), which this plugin cannot pass",
+                a.value_kind, a.offset
+            )));
+        }
+        let symbol = CString::new(meta.symbol.as_str()).map_err(|_| {
+            Error::InvalidImage(format!("kernel '{name}': its symbol name contains NUL"))
+        })?;
+        let mut s: Handle = 0;
+        // SAFETY: a frozen executable; live name and out-pointer.
+        unsafe {
+            self.hsa.hsa_executable_get_symbol_by_name(
+                program.executable,
+                symbol.as_ptr(),
+                &self.agent,
+                &mut s,
+            )
+        }
+        .map_err(|e| {
+            Error::NotFound(format!(
+                "kernel '{name}' ({}): {}",
+                meta.symbol,
+                e.message()
+            ))
+        })?;
+        let get = |attr: i32, out: *mut c_void| {
+            // SAFETY: every caller passes an out-value of the attribute's size.
+            unsafe { self.hsa.hsa_executable_symbol_get_info(s, attr, out) }
+        };
+        let object: u64 = attribute(|p| get(symbol_info::KERNEL_OBJECT, p))?;
+        let group_segment_size: u32 = attribute(|p| get(symbol_info::GROUP_SEGMENT_SIZE, p))?;
+        let private_segment_size: u32 = attribute(|p| get(symbol_info::PRIVATE_SEGMENT_SIZE, p))?;
+        let kernarg_size: u32 = attribute(|p| get(symbol_info::KERNARG_SEGMENT_SIZE, p))?;
+        if kernarg_size != 0 && kernarg_size < meta.kernarg_segment_size {
+            return Err(Error::InvalidImage(format!(
+                "kernel '{name}': the runtime says {kernarg_size} bytes of arguments, the metadata {}",
+                meta.kernarg_segment_size
+            )));
+        }
+        Ok((
+            Kernel {
+                object,
+                group_segment_size,
+                private_segment_size,
+                meta: meta.clone(),
+            },
+            None,
+        ))
+    }
+
+    fn check_launch(&self, kernel: &Kernel, name: &str, args: &[KernelArg]) -> Result<()> {
+        let explicit: Vec<&metadata::Arg> = kernel.meta.explicit_args().collect();
+        if explicit.len() != args.len() {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' takes {} argument(s) (of {} bytes); the launch passes {}",
+                explicit.len(),
+                explicit
+                    .iter()
+                    .map(|a| a.size.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                args.len()
+            )));
+        }
+        for (i, (param, arg)) in explicit.iter().zip(args).enumerate() {
+            if param.size as usize != arg.size() {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel '{name}' argument {i} is {} bytes in the kernel; the launch passes {} ({} bytes)",
+                    param.size,
+                    arg.type_name(),
+                    arg.size()
+                )));
+            }
+            if param.kind == ArgKind::Pointer && !matches!(arg, KernelArg::Ptr(_)) {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel '{name}' argument {i} is a pointer ({}); the launch passes {}",
+                    param.value_kind,
+                    arg.type_name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn global(&self, program: &Program, name: &str) -> Result<GlobalSymbol> {
+        let c = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("global name '{name}' contains NUL")))?;
+        let mut s: Handle = 0;
+        // SAFETY: a frozen executable; live name and out-pointer.
+        unsafe {
+            self.hsa.hsa_executable_get_symbol_by_name(
+                program.executable,
+                c.as_ptr(),
+                &self.agent,
+                &mut s,
+            )
+        }
+        .map_err(|e| {
+            Error::NotFound(format!(
+                "global '{name}' in the code object: {}",
+                e.message()
+            ))
+        })?;
+        let get = |attr: i32, out: *mut c_void| {
+            // SAFETY: every caller passes an out-value of the attribute's size.
+            unsafe { self.hsa.hsa_executable_symbol_get_info(s, attr, out) }
+        };
+        let address: u64 = attribute(|p| get(symbol_info::VARIABLE_ADDRESS, p))?;
+        let size: u32 = attribute(|p| get(symbol_info::VARIABLE_SIZE, p))?;
+        Ok(GlobalSymbol {
+            ptr: DevicePtr(address),
+            size: u64::from(size),
+        })
+    }
+
+    fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
+        let bytes = usize::try_from(size)
+            .map_err(|_| Error::OutOfMemory(format!("{size} bytes cannot be allocated here")))?;
+        let pool = match kind {
+            MemoryKind::Device => self.pools.device,
+            MemoryKind::Host | MemoryKind::Shared => self.pools.host,
+        };
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: live out-pointer.
+        unsafe {
+            self.hsa
+                .hsa_amd_memory_pool_allocate(pool, bytes, 0, &mut p)?
+        };
+        if kind != MemoryKind::Device {
+            // Host memory the GPU is to reach must be made accessible to it.
+            // SAFETY: the allocation just made.
+            if let Err(e) = unsafe {
+                self.hsa
+                    .hsa_amd_agents_allow_access(1, &self.agent, std::ptr::null(), p)
+            } {
+                // SAFETY: as above.
+                let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(p) };
+                return Err(e);
+            }
+        }
+        Ok(DevicePtr(p as u64))
+    }
+
+    fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
+        // SAFETY: an allocation of `alloc`, freed once, after the last operation using it.
+        let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(ptr.0 as *mut c_void) };
+    }
+
+    fn stream_create(&self) -> Result<HsaQueue> {
+        HsaQueue::create(&self.hsa, self.agent, self.queue_max)
+    }
+
+    fn execute(&self, op: Op<'_, Self>, stream: Option<&HsaQueue>) -> Result<()> {
+        match op {
+            Op::CopyToDevice { dst, src, len } => self.with_locked(src.0.cast(), len, |host| {
+                self.dma(dst.0 as *mut c_void, self.agent, host, self.cpu, len)
+            }),
+            Op::CopyFromDevice { dst, src, len } => self.with_locked(dst.0.cast(), len, |host| {
+                self.dma(host, self.cpu, src.0 as *const c_void, self.agent, len)
+            }),
+            Op::CopyDeviceToDevice { dst, src, len } => {
+                let len = usize::try_from(len).map_err(|_| {
+                    Error::InvalidArgument(format!("{len} bytes cannot be copied here"))
+                })?;
+                self.dma(
+                    dst.0 as *mut c_void,
+                    self.agent,
+                    src.0 as *const c_void,
+                    self.agent,
+                    len,
+                )
+            }
+            Op::Launch {
+                kernel,
+                dims,
+                args,
+                name,
+                ..
+            } => {
+                let mut grid = [0u32; 3];
+                for (d, g) in grid.iter_mut().enumerate() {
+                    *g = dims.grid[d].checked_mul(dims.block[d]).ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "launch of '{name}': {} blocks of {} work items in dimension {d} exceed the 2^32 work items an AMD GPU dispatch can have",
+                            dims.grid[d], dims.block[d]
+                        ))
+                    })?;
+                }
+                let ndims: u16 = if grid[2] > 1 {
+                    3
+                } else if grid[1] > 1 {
+                    2
+                } else {
+                    1
+                };
+                let run = |queue: &HsaQueue| -> Result<()> {
+                    let bytes = self.kernargs(kernel, &dims, args, queue.queue, ndims)?;
+                    let mut area: *mut c_void = std::ptr::null_mut();
+                    // SAFETY: live out-pointer.
+                    unsafe {
+                        self.hsa.hsa_amd_memory_pool_allocate(
+                            self.pools.kernarg,
+                            bytes.len(),
+                            0,
+                            &mut area,
+                        )?
+                    };
+                    let result = (|| {
+                        // SAFETY: the kernarg allocation just made.
+                        unsafe {
+                            self.hsa.hsa_amd_agents_allow_access(
+                                1,
+                                &self.agent,
+                                std::ptr::null(),
+                                area,
+                            )?;
+                            std::ptr::copy_nonoverlapping(
+                                bytes.as_ptr(),
+                                area.cast::<u8>(),
+                                bytes.len(),
+                            );
+                        }
+                        let header = aql::PACKET_TYPE_KERNEL_DISPATCH << aql::HEADER_TYPE
+                            | 1 << aql::HEADER_BARRIER
+                            | aql::FENCE_SCOPE_SYSTEM << aql::HEADER_ACQUIRE_FENCE_SCOPE
+                            | aql::FENCE_SCOPE_SYSTEM << aql::HEADER_RELEASE_FENCE_SCOPE;
+                        let block = dims.block.map(|b| u16::try_from(b).unwrap_or(u16::MAX));
+                        self.dispatch(
+                            queue,
+                            DispatchPacket {
+                                header,
+                                setup: ndims << aql::SETUP_DIMENSIONS,
+                                workgroup_size: block,
+                                grid_size: grid,
+                                private_segment_size: kernel
+                                    .private_segment_size
+                                    .max(kernel.meta.private_segment_fixed_size),
+                                group_segment_size: kernel
+                                    .group_segment_size
+                                    .max(kernel.meta.group_segment_fixed_size)
+                                    .saturating_add(dims.shared_mem_bytes),
+                                kernel_object: kernel.object,
+                                kernarg_address: area as u64,
+                                ..DispatchPacket::default()
+                            },
+                            name,
+                        )
+                    })();
+                    // SAFETY: the dispatch has completed (or never started): nothing reads it.
+                    let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(area) };
+                    result
+                };
+                match stream {
+                    Some(q) => run(q),
+                    None => {
+                        let mut own = self.own_queue.lock().unwrap_or_else(|p| p.into_inner());
+                        if own.as_ref().is_some_and(|q| q.failed().is_some()) {
+                            *own = None;
+                        }
+                        if own.is_none() {
+                            *own = Some(HsaQueue::create(&self.hsa, self.agent, self.queue_max)?);
+                        }
+                        run(own.as_ref().expect("created above"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+// SAFETY: every HSA handle here may be used from any thread; the queue is guarded by a mutex.
+unsafe impl Send for AmdDevice {}
+// SAFETY: see above.
+unsafe impl Sync for AmdDevice {}
+// SAFETY: an executable and a code object reader may be used and destroyed from any thread.
+unsafe impl Send for Program {}
+// SAFETY: see above.
+unsafe impl Sync for Program {}

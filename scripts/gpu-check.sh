@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU checks: every test kernel (saxpy, 2-D stencil, the 16-argument kernel, atomics, 3-D
+# ids) from each image kind the backend loads, on its first GPU, each result compared bit for
+# bit with the host plugin's; then (cuda) the launch overhead against a raw cudarc launch, and
+# the JIT times. Well under 5 minutes on a data-centre GPU once prepared.
+#
+#   scripts/gpu-check.sh BACKEND prepare   on a machine like CI's (Debian 12, the build tools):
+#                                          builds in release and packs .gpu-check/BACKEND/
+#   scripts/gpu-check.sh BACKEND run       on the GPU machine: needs only the GPU's driver
+#                                          (NVIDIA driver / ROCm kernel driver + libhsa-runtime64)
+#                                          and .gpu-check/BACKEND/: no Rust, no LLVM, no network
+#   scripts/gpu-check.sh BACKEND           both, where the GPU and the build tools are together
+#
+# BACKEND is cuda or amdgpu. The pack (about 50 MB, under the device tool's 64 MiB carry limit)
+# holds the offload binary, its plugins, the JIT worker and the check binary (stripped), the
+# prepared images, and the shared libraries the JIT worker needs that a GPU machine may lack
+# (libLLVM 19 and what it links), compressed; for amdgpu also ld.lld. cuda uses the GPU
+# machine's own ptxas (PATH or /usr/local/cuda): without one, bitcode goes to the driver's JIT
+# and `offload info` says so. amdgpu images are prepared for the processors in
+# OFFLOAD_GPU_CHECK_PROCESSORS (comma-separated; default gfx908,gfx90a,gfx942,gfx1030,gfx1100).
+# With this workplace's device tool:
+#   run(command="scripts/gpu-check.sh cuda run 2>&1 | tee $OUT/gpu-check.log", carry=[".gpu-check/cuda"]) (one backend per call: each pack is about 50 MB)
+# Results are recorded in docs/cuda.md and docs/amdgpu.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+backend=${1:-}
+case "$backend" in
+  cuda|amdgpu) ;;
+  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run]" >&2; exit 2 ;;
+esac
+pack=$root/.gpu-check/$backend
+
+prepare() {
+  scripts/setup.sh
+  export PATH="$root/.tools/cuda/nvidia/cuda_nvcc/bin:$PATH"
+  echo "== building (release)"
+  cargo build --release --workspace --quiet
+  rm -rf "$pack"
+  mkdir -p "$pack/bin" "$pack/images"
+  for f in offload offload-jit-worker "$backend-gpu-check" "liboffload_plugin_$backend.so" liboffload_plugin_host.so; do
+    strip -o "$pack/bin/$f" "target/release/$f"
+  done
+  local bins=(target/release/offload-jit-worker)
+  if [ "$backend" = amdgpu ]; then
+    # lld chooses its flavour by the name it is called by.
+    cp /usr/lib/llvm-19/bin/lld "$pack/bin/ld.lld"
+    bins+=(/usr/lib/llvm-19/bin/lld)
+  fi
+  echo "== preparing images"
+  if [ "$backend" = amdgpu ]; then
+    target/release/amdgpu-gpu-check prepare "$pack/images" "${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}"
+  else
+    target/release/cuda-gpu-check prepare "$pack/images"
+  fi
+  echo "== packing the libraries the JIT worker needs"
+  # Every library they link that is not part of the C runtime every Linux has.
+  ldd "${bins[@]}" | awk '/=> \//{print $3}' | awk -F/ '!seen[$NF]++' \
+    | grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*)\.so' \
+    | sed 's|^/||' | XZ_OPT=-9 tar -cJf "$pack/libs.tar.xz" -C / --dereference --transform 's|.*/||' -T -
+  du -sh "$pack"
+  echo "prepared $pack: copy .gpu-check/ to the GPU machine (or carry it) and run: scripts/gpu-check.sh $backend run"
+}
+
+run() {
+  [ -x "$pack/bin/$backend-gpu-check" ] || { echo "no $pack: run scripts/gpu-check.sh $backend prepare first" >&2; exit 2; }
+  libs=$(mktemp -d)
+  trap 'rm -rf "$libs"' EXIT
+  tar -xJf "$pack/libs.tar.xz" -C "$libs"
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$pack/bin:$PATH:/usr/local/cuda/bin"
+  [ -x "$pack/bin/ld.lld" ] && export OFFLOAD_LLD="$pack/bin/ld.lld"
+  unset OFFLOAD_PLUGIN_PATH OFFLOAD_PLUGINS
+  if [ "$backend" = cuda ]; then
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  else
+    command -v rocminfo >/dev/null && rocminfo | grep -E '^\s+(Marketing Name|Name):\s+gfx' | head -4 || true
+  fi
+  echo "== offload info"
+  "$pack/bin/offload" info
+  echo "== kernels against the host, launch overhead (cuda), JIT times"
+  time "$pack/bin/$backend-gpu-check" run "$pack/images"
+}
+
+case "${2:-all}" in
+  prepare) prepare ;;
+  run) run ;;
+  all) prepare; run ;;
+  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run]" >&2; exit 2 ;;
+esac

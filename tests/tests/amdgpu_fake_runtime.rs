@@ -1,0 +1,577 @@
+//! The AMD GPU plugin against a fake HSA runtime (`tests/fake-hsa/fake_hsa.c`, built against the
+//! real ROCm headers): a runtime without a GPU that keeps the contracts a plugin can break (copies
+//! inside allocations or locked ranges, frees of live allocations, kernel arguments in kernarg
+//! memory the GPU may read, packets published before the doorbell) and logs every dispatch with
+//! every byte of its kernel arguments. This tests the plugin's device path short of the GPU
+//! computing: device properties, loading every image kind, the kernarg layout (explicit and
+//! hidden arguments), errors, memory, queues and threads.
+
+use offload_tests::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn log_file(tag: &str) -> PathBuf {
+    let p = scratch("fake-hsa").join(format!("{tag}.log"));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn log_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn with_fake(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    let lib = fake_hsa_runtime();
+    let mut all = vec![
+        ("OFFLOAD_HSA_RUNTIME", lib.to_str().unwrap()),
+        ("FAKE_HSA_LOG", log.to_str().unwrap()),
+    ];
+    all.extend_from_slice(envs);
+    offload(args, &all)
+}
+
+/// The contracts the fake checks, and balance: every allocation freed once, every reader and
+/// executable destroyed.
+fn assert_contracts_kept(lines: &[String], what: &str) {
+    for bad in [
+        "bad-free",
+        "bad-copy",
+        "bad-unlock",
+        "bad-packet",
+        "no-access",
+        "hang",
+    ] {
+        let hits: Vec<&String> = lines.iter().filter(|l| l.starts_with(bad)).collect();
+        assert!(hits.is_empty(), "{what}: {hits:?}");
+    }
+    let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
+    assert_eq!(
+        count("alloc "),
+        count("free "),
+        "{what}: every allocation freed once\n{lines:#?}"
+    );
+    assert_eq!(count("reader "), count("reader-destroy"), "{what}: readers");
+    assert_eq!(count("load"), count("unload"), "{what}: executables");
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn info_shows_the_processor_its_features_and_limits() {
+    let log = log_file("info");
+    for (isa, cu, features) in [
+        (
+            "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-",
+            "gfx90a",
+            "+sramecc,-xnack",
+        ),
+        (
+            "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack+",
+            "gfx942",
+            "+sramecc,+xnack",
+        ),
+        ("amdgcn-amd-amdhsa--gfx1100", "gfx1100", ""),
+    ] {
+        let out = with_fake(&["info", "--json"], &log, &[("FAKE_HSA_ISA", isa)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let amd = plugin_json(&json, "amdgpu");
+        assert_eq!(amd["status"], "ok", "{amd}");
+        let d = &amd["devices"][0];
+        assert_eq!(d["name"], "Fake AMD GPU");
+        assert_eq!(d["compute_unit"], cu);
+        assert_eq!(d["target_features"], features);
+        assert_eq!(d["memory_bytes"], 64u64 << 30);
+        assert_eq!(d["compute_units"], 110);
+        assert_eq!(d["warp_size"], 64);
+        assert_eq!(d["max_threads_per_block"], 1024);
+        assert_eq!(d["max_block"], serde_json::json!([1024, 1024, 1024]));
+    }
+    // No GPU agent, and a runtime that fails to start: no devices, in plain words.
+    let out = with_fake(&["info", "--json"], &log, &[("FAKE_HSA_NO_GPU", "1")]);
+    let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let amd = plugin_json(&json, "amdgpu");
+    assert_eq!(amd["status"], "no-devices");
+    assert!(
+        amd["reason"]
+            .as_str()
+            .unwrap()
+            .contains("reports no AMD GPU"),
+        "{amd}"
+    );
+    let out = with_fake(&["info", "--json"], &log, &[("FAKE_HSA_INIT_FAILS", "1")]);
+    let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let amd = plugin_json(&json, "amdgpu");
+    assert_eq!(amd["status"], "no-devices");
+    let reason = amd["reason"].as_str().unwrap();
+    if !Path::new("/dev/kfd").exists() {
+        assert!(
+            reason.contains("found no AMD GPU: /dev/kfd does not exist"),
+            "{reason}"
+        );
+    }
+}
+
+fn dispatches(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("dispatch "))
+        .cloned()
+        .collect()
+}
+
+fn device_allocations(lines: &[String]) -> Vec<u64> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("alloc 11 0x"))
+        .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn every_argument_explicit_and_hidden_is_laid_out_as_the_metadata_says() {
+    let dir = scratch("fake-hsa-args");
+    let co = dir.join("args16.hsaco");
+    std::fs::write(
+        &co,
+        amdgcn_jit(
+            &amdgcn_bitcode("args16", "gfx90a"),
+            "gfx90a",
+            &[],
+            "fake-args16",
+        ),
+    )
+    .unwrap();
+    let log = log_file("args16");
+    let specs = [
+        "i32:-1",
+        "i64:-2",
+        "f32:3.5",
+        "f64:-4.25",
+        "i32:5",
+        "f32:6",
+        "f64:7",
+        "i64:8000000000",
+        "f32:9",
+        "f64:10",
+        "i32:11",
+        "f64:12",
+        "f32:13",
+        "i64:14",
+        "buf:f64:1000",
+        "i32:1000",
+    ];
+    let mut args = vec![
+        "run",
+        co.to_str().unwrap(),
+        "--kernel",
+        "args16",
+        "--grid",
+        "8,2,3",
+        "--block",
+        "64,2,1",
+    ];
+    for s in &specs {
+        args.extend(["--arg", s]);
+    }
+    let out = with_fake(&args, &log, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = log_lines(&log);
+    let d = dispatches(&lines);
+    assert_eq!(d.len(), 1, "{lines:#?}");
+    let buffer = device_allocations(&lines)[0];
+    let kernarg = d[0].split("kernarg=").nth(1).unwrap().to_string();
+    // The metadata of this code object (read independently, by the plugin's reader, from the
+    // file) says where each argument goes.
+    let image = std::fs::read(&co).unwrap();
+    let meta = offload_plugin_amdgpu::metadata::read(&image).unwrap();
+    let k = meta.kernel("args16").unwrap();
+    let want_values: Vec<Vec<u8>> = vec![
+        (-1i32).to_le_bytes().to_vec(),
+        (-2i64).to_le_bytes().to_vec(),
+        3.5f32.to_le_bytes().to_vec(),
+        (-4.25f64).to_le_bytes().to_vec(),
+        5i32.to_le_bytes().to_vec(),
+        6f32.to_le_bytes().to_vec(),
+        7f64.to_le_bytes().to_vec(),
+        8_000_000_000i64.to_le_bytes().to_vec(),
+        9f32.to_le_bytes().to_vec(),
+        10f64.to_le_bytes().to_vec(),
+        11i32.to_le_bytes().to_vec(),
+        12f64.to_le_bytes().to_vec(),
+        13f32.to_le_bytes().to_vec(),
+        14i64.to_le_bytes().to_vec(),
+        buffer.to_le_bytes().to_vec(),
+        1000i32.to_le_bytes().to_vec(),
+    ];
+    let at = |offset: u32, size: u32| &kernarg[2 * offset as usize..2 * (offset + size) as usize];
+    for (arg, want) in k.explicit_args().zip(&want_values) {
+        assert_eq!(
+            at(arg.offset, arg.size),
+            hex(want),
+            "argument at {}",
+            arg.offset
+        );
+    }
+    let mut hidden_seen = 0;
+    for arg in &k.args {
+        let want: Option<u64> = match arg.value_kind.as_str() {
+            "hidden_block_count_x" => Some(8),
+            "hidden_block_count_y" => Some(2),
+            "hidden_block_count_z" => Some(3),
+            "hidden_group_size_x" => Some(64),
+            "hidden_group_size_y" => Some(2),
+            "hidden_group_size_z" => Some(1),
+            "hidden_grid_dims" => Some(3),
+            "hidden_remainder_x" | "hidden_remainder_y" | "hidden_remainder_z" => Some(0),
+            "hidden_global_offset_x" | "hidden_global_offset_y" | "hidden_global_offset_z" => {
+                Some(0)
+            }
+            _ => None,
+        };
+        if let Some(v) = want {
+            assert_eq!(
+                at(arg.offset, arg.size),
+                hex(&v.to_le_bytes()[..arg.size as usize]),
+                "{}",
+                arg.value_kind
+            );
+            hidden_seen += 1;
+        }
+    }
+    assert!(hidden_seen >= 7, "{:?}", k.args);
+    assert!(
+        d[0].starts_with(
+            "dispatch args16 dims=3 grid=512,4,3 wg=64,2,1 group=0 private=0 barrier "
+        ),
+        "{}",
+        d[0]
+    );
+    assert_contracts_kept(&lines, "args16");
+}
+
+#[test]
+fn wrong_arguments_are_refused_before_the_runtime_sees_them() {
+    let dir = scratch("fake-hsa-wrong");
+    let co = dir.join("saxpy.hsaco");
+    std::fs::write(
+        &co,
+        amdgcn_jit(
+            &amdgcn_bitcode("saxpy", "gfx90a"),
+            "gfx90a",
+            &[],
+            "fake-wrong",
+        ),
+    )
+    .unwrap();
+    let p = co.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["i32:4", "f32:2", "buf:f32:4"],
+            "takes 4 argument(s) (of 4, 4, 8, 8 bytes); the launch passes 3",
+        ),
+        (
+            &["i64:4", "f32:2", "buf:f32:4", "buf:f32:4"],
+            "argument 0 is 4 bytes in the kernel; the launch passes i64 (8 bytes)",
+        ),
+        (
+            &["i32:4", "f32:2", "u64:7", "buf:f32:4"],
+            "argument 2 is a pointer (global_buffer); the launch passes u64",
+        ),
+        (
+            &["i32:4", "f64:2", "buf:f32:4", "buf:f32:4"],
+            "argument 1 is 4 bytes in the kernel; the launch passes f64 (8 bytes)",
+        ),
+    ];
+    for (i, (specs, want)) in cases.iter().enumerate() {
+        let log = log_file(&format!("wrong-{i}"));
+        let mut args = vec!["run", p, "--kernel", "saxpy"];
+        for s in specs.iter() {
+            args.extend(["--arg", s]);
+        }
+        let out = with_fake(&args, &log, &[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(want) && err.contains("kernel 'saxpy'"),
+            "{err}"
+        );
+        let lines = log_lines(&log);
+        assert!(dispatches(&lines).is_empty(), "{lines:#?}");
+        assert_contracts_kept(&lines, want);
+    }
+}
+
+#[test]
+fn code_objects_and_bitcode_load_and_dispatch_and_mismatches_are_refused() {
+    let dir = scratch("fake-hsa-kinds");
+    let bc = amdgcn_bitcode("saxpy", "gfx90a");
+    let jit = dir.join("saxpy-jit.hsaco");
+    std::fs::write(&jit, amdgcn_jit(&bc, "gfx90a", &[], "kinds-jit")).unwrap();
+    let xnack = dir.join("saxpy-xnack.hsaco");
+    std::fs::write(
+        &xnack,
+        amdgcn_jit(&bc, "gfx90a", &["--features", "+xnack"], "kinds-xnack"),
+    )
+    .unwrap();
+    let gfx908 = dir.join("saxpy-908.hsaco");
+    std::fs::write(
+        &gfx908,
+        amdgcn_jit(
+            &amdgcn_bitcode("saxpy", "gfx908"),
+            "gfx908",
+            &[],
+            "kinds-908",
+        ),
+    )
+    .unwrap();
+    let run_args = |image: &Path| -> Vec<String> {
+        [
+            "run",
+            image.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--json",
+            "--grid",
+            "4",
+            "--block",
+            "256",
+            "--arg",
+            "i32:1000",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:1000:iota",
+            "--arg",
+            "buf:f32:1000:fill=1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    for (image, isa) in [
+        (&jit, "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"),
+        (&xnack, "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack+"),
+        (&bc, "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"),
+    ] {
+        let log = log_file("kinds");
+        let a = run_args(image);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let out = with_fake(&a, &log, &[("FAKE_HSA_ISA", isa)]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            image.display(),
+            stderr(&out)
+        );
+        let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(json["device"], "amdgpu:0");
+        // Nothing ran (the fake only logs): the copies both ways are what came back.
+        assert_eq!(json["buffers"][1]["head"][0], 1.0, "{json}");
+        assert_eq!(json["buffers"][0]["head"][3], 3.0, "{json}");
+        let lines = log_lines(&log);
+        let d = dispatches(&lines);
+        assert_eq!(d.len(), 1, "{lines:#?}");
+        assert!(
+            d[0].starts_with("dispatch saxpy dims=1 grid=1024,1,1 wg=256,1,1 "),
+            "{}",
+            d[0]
+        );
+        if image == &bc {
+            assert_eq!(json["jit"]["compiles"], 1, "{json}");
+            assert!(
+                json["jit"]["post_process"]
+                    .as_str()
+                    .unwrap()
+                    .contains("ld.lld"),
+                "{json}"
+            );
+        }
+        assert_contracts_kept(&lines, &image.display().to_string());
+    }
+    for (image, isa, want) in [
+        (
+            &xnack,
+            "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-",
+            "the code object is for gfx90a:xnack+, this device is gfx90a:sramecc+:xnack-",
+        ),
+        (
+            &gfx908,
+            "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-",
+            "the code object is for gfx908",
+        ),
+        (&jit, "amdgcn-amd-amdhsa--gfx1100", "this device is gfx1100"),
+    ] {
+        let log = log_file("mismatch");
+        let out = with_fake(
+            &["run", image.to_str().unwrap(), "--kernel", "saxpy"],
+            &log,
+            &[("FAKE_HSA_ISA", isa)],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{err}");
+        assert!(
+            !log_lines(&log).iter().any(|l| l.starts_with("reader")),
+            "never handed to the runtime"
+        );
+    }
+    // Runtime errors name the call and HSA's words for the status.
+    let log = log_file("oom");
+    let out = with_fake(
+        &[
+            "run",
+            jit.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--arg",
+            "i32:1",
+            "--arg",
+            "f32:1",
+            "--arg",
+            "buf:f32:1000",
+            "--arg",
+            "buf:f32:1000",
+        ],
+        &log,
+        &[("FAKE_HSA_MEMORY", "100")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("hsa_amd_memory_pool_allocate")
+            && err.contains("HSA_STATUS_ERROR_OUT_OF_RESOURCES"),
+        "{err}"
+    );
+    let out = with_fake(
+        &["run", jit.to_str().unwrap(), "--kernel", "nope"],
+        &log,
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("kernel 'nope' is not in the code object (it has: saxpy)"),
+        "{err}"
+    );
+}
+
+/// In this process: four threads with queues, events, copies of every kind and frees while
+/// queued work still uses the memory; 64 KiB of dynamic LDS; mutated code objects through the
+/// plugin to the runtime.
+#[test]
+fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
+    use offload::{KernelArg, LaunchDims, MemoryKind};
+    let log = log_file("in-process");
+    // SAFETY: this test binary sets these before anything reads the environment; nextest runs
+    // each test in its own process.
+    unsafe {
+        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
+        std::env::set_var("FAKE_HSA_LOG", &log);
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let device = rt.device("amdgpu", 0).unwrap();
+    let image = amdgcn_jit(
+        &amdgcn_bitcode("saxpy", "gfx90a"),
+        "gfx90a",
+        &[],
+        "in-process",
+    );
+    let program = device.load(&image).unwrap();
+    let kernel = program.kernel("saxpy").unwrap();
+    let raw = device.raw().clone();
+    let n = 4096usize;
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let raw = raw.clone();
+            s.spawn(move || {
+                let x = raw.alloc((n * 4) as u64, MemoryKind::Device).unwrap();
+                let y = raw.alloc((n * 4) as u64, MemoryKind::Device).unwrap();
+                let queue = raw.queue_create().unwrap();
+                let host: Vec<u8> = (0..n * 4).map(|i| (i * (t + 1)) as u8).collect();
+                let mut back = vec![0u8; n * 4];
+                // SAFETY: `host` and `back` outlive the queue synchronisation below.
+                unsafe {
+                    raw.copy_to_device(x, host.as_ptr(), host.len(), Some(queue))
+                        .unwrap()
+                };
+                let dims = LaunchDims {
+                    grid: [16, 1, 1],
+                    block: [256, 1, 1],
+                    shared_mem_bytes: if t == 0 { 64 << 10 } else { 0 },
+                };
+                let args = [
+                    KernelArg::I32(n as i32),
+                    KernelArg::F32(2.0),
+                    KernelArg::Ptr(x),
+                    KernelArg::Ptr(y),
+                ];
+                raw.launch(kernel.handle(), &dims, &args, Some(queue))
+                    .unwrap();
+                raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue))
+                    .unwrap();
+                let event = raw.event_create().unwrap();
+                raw.event_record(event, queue).unwrap();
+                // SAFETY: as above.
+                unsafe {
+                    raw.copy_from_device(back.as_mut_ptr(), y, back.len(), Some(queue))
+                        .unwrap()
+                };
+                raw.free(x).unwrap();
+                raw.free(y).unwrap();
+                raw.event_synchronize(event).unwrap();
+                raw.queue_synchronize(queue).unwrap();
+                assert_eq!(
+                    back, host,
+                    "thread {t}: x went to the device, to y, and back"
+                );
+                raw.event_destroy(event).unwrap();
+                raw.queue_destroy(queue).unwrap();
+            });
+        }
+    });
+    drop(program);
+    // Mutants of the code object through the plugin to the runtime: each refused or loaded.
+    let noise = random_bytes(3 * 600, 0x4a5);
+    let (mut loaded, mut refused) = (0, 0);
+    for i in 0..600usize {
+        let mut m = image.clone();
+        let r = &noise[3 * i..3 * i + 3];
+        let at = (usize::from(r[0]) << 8 | usize::from(r[1])) % m.len();
+        match i % 3 {
+            0 => m[at] ^= r[2] | 1,
+            1 => m.truncate(at.max(1)),
+            _ => m[at % 64] = r[2],
+        }
+        match device.load(&m) {
+            Ok(p) => {
+                loaded += 1;
+                drop(p);
+            }
+            Err(offload::Error::PluginPanic(e)) => panic!("mutant {i} panicked the plugin: {e}"),
+            Err(_) => refused += 1,
+        }
+    }
+    println!("mutants: {loaded} loaded, {refused} refused");
+    assert!(loaded > 0 && refused > 0);
+    let lines = log_lines(&log);
+    let d = dispatches(&lines);
+    assert_eq!(d.len(), 4, "{lines:#?}");
+    assert_eq!(
+        d.iter().filter(|l| l.contains(" group=65536 ")).count(),
+        1,
+        "{d:#?}"
+    );
+    let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
+    // Four queues of the layer, each destroyed with its queue.
+    assert_eq!(count("queue-create"), 4, "{lines:#?}");
+    assert_eq!(count("queue-destroy"), 4);
+    assert_contracts_kept(&lines, "threads, queues and mutants");
+}
