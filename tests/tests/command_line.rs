@@ -63,7 +63,7 @@ fn usage_errors_exit_with_status_2() {
                 "--arg",
                 "buf:f32:4:file=/nonexistent/x.bin",
             ],
-            "cannot read '/nonexistent/x.bin'",
+            "cannot read --arg 0 file= '/nonexistent/x.bin': No such file",
         ),
     ];
     for (args, needle) in cases {

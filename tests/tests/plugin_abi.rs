@@ -85,18 +85,30 @@ fn offload_plugins_restricts_what_is_loaded() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["testdev"]);
-    let json = info_json(&[("OFFLOAD_PLUGINS", "host,nonesuch")]);
-    let names: Vec<&str> = json["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["host"]);
-    assert!(
-        json["notes"][0].as_str().unwrap().contains("'nonesuch'"),
-        "{json}"
-    );
+    // A name no plugin file has is an error naming the variable, for every command.
+    let so = host_kernel("saxpy");
+    for args in [
+        &["info"][..],
+        &["run", so.to_str().unwrap(), "--kernel", "k"][..],
+    ] {
+        let out = offload(
+            args,
+            &[
+                ("OFFLOAD_PLUGINS", "host,nonesuch"),
+                (
+                    "OFFLOAD_PLUGIN_PATH",
+                    testdev_plugin_dir().to_str().unwrap(),
+                ),
+            ],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("OFFLOAD_PLUGINS='host,nonesuch' names plugin 'nonesuch'"),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -193,7 +205,11 @@ fn damaged_plugins_are_reported_and_the_others_keep_working() {
         ("null-entry", "failed", "returned null"),
         ("null-launch", "failed", "has a null 'launch' entry"),
         ("null-jit-stats", "failed", "has a null 'jit_stats' entry"),
-        ("panic-entry", "failed", "returned null"),
+        (
+            "panic-entry",
+            "failed",
+            "the plugin's constructor panicked: testdev constructor panics",
+        ),
         ("init-error", "failed", "driver error 999"),
         ("no-devices", "no-devices", "reports 0 devices"),
     ];

@@ -23,10 +23,14 @@
 pub mod abi;
 pub mod bitcode;
 pub mod container;
+pub mod elf_dyn;
 pub mod env;
 pub mod error;
+pub mod fs;
 pub mod image;
 pub mod jit;
+pub mod panic;
+pub mod text;
 pub mod traits;
 pub mod triple;
 pub mod types;

@@ -165,8 +165,10 @@ impl Cache {
         // hanging, so it is turned into an error here.
         let started = Instant::now();
         let mut remember = false;
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(compile))
-            .unwrap_or_else(|_| Err(Error::CompileFailure("the compiler panicked".into()).into()))
+        let outcome = offload_core::panic::catch(compile)
+            .unwrap_or_else(|m| {
+                Err(Error::CompileFailure(format!("the compiler panicked: {m}")).into())
+            })
             .map_err(|e| {
                 remember = e.remember;
                 e.error

@@ -124,11 +124,8 @@ fn input_file(names: &[&str]) -> Result<Option<NamedFile>> {
         return Ok(None);
     };
     let path = PathBuf::from(&value);
-    let bytes = std::fs::read(&path).map_err(|e| {
-        Error::InvalidArgument(format!(
-            "environment variable {variable}='{value}': cannot read the file: {e}"
-        ))
-    })?;
+    let bytes = offload_core::fs::read_regular(&path, "the file")
+        .map_err(|e| e.context(format!("environment variable {variable}='{value}'")))?;
     Ok(Some(NamedFile {
         variable,
         path,

@@ -1,6 +1,6 @@
 //! Where plugin libraries are looked for, and which are loaded.
 
-use offload_core::Result;
+use offload_core::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// Directories (separated by `:`) searched for plugins before the default ones.
@@ -12,16 +12,27 @@ pub const PLUGIN_PREFIX: &str = "liboffload_plugin_";
 /// See [`PLUGIN_PREFIX`].
 pub const PLUGIN_SUFFIX: &str = ".so";
 
-/// `OFFLOAD_PLUGIN_PATH` entries, then the executable's directory, then `../lib` next to it.
+/// Variable that makes the runtime load plugins from directories or files that others may
+/// write to (see [`check_trust`]).
+pub const ENV_TRUST: &str = "OFFLOAD_TRUST_PLUGIN_DIRS";
+
+/// `OFFLOAD_PLUGIN_PATH` entries (absolute directories), then the executable's directory, then
+/// `../lib` next to it. A relative entry, or a value that is not Unicode, is an error naming
+/// the variable.
 pub fn default_plugin_dirs() -> Result<Vec<PathBuf>> {
     let mut dirs = Vec::new();
-    if let Some((_, value)) = offload_core::env::raw(&[ENV_PLUGIN_PATH])? {
-        dirs.extend(
-            value
-                .split(':')
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from),
-        );
+    if let Some((name, value)) = offload_core::env::raw(&[ENV_PLUGIN_PATH])? {
+        for entry in value.split(':').filter(|s| !s.is_empty()) {
+            let path = PathBuf::from(entry);
+            if !path.is_absolute() {
+                return Err(Error::InvalidArgument(format!(
+                    "environment variable {name}='{value}': entry '{entry}' is a relative path; \
+                     plugin directories must be absolute (a relative one would depend on the \
+                     working directory)"
+                )));
+            }
+            dirs.push(path);
+        }
     }
     if let Some(exe_dir) = std::env::current_exe()
         .ok()
@@ -33,7 +44,7 @@ pub fn default_plugin_dirs() -> Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
-/// The `OFFLOAD_PLUGINS` filter, if set.
+/// The `OFFLOAD_PLUGINS` filter, if set (a value that is not Unicode is an error naming it).
 pub fn plugin_filter() -> Result<Option<Vec<String>>> {
     Ok(offload_core::env::raw(&[ENV_PLUGINS])?.map(|(_, v)| {
         v.split(',')
@@ -51,30 +62,108 @@ pub fn plugin_name(file_name: &str) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-/// Plugin files in `dirs`, first occurrence of each name wins, sorted by name within a
-/// directory so that the order is stable.
-pub fn find_plugins(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
-    let mut found: Vec<(String, PathBuf)> = Vec::new();
+/// Whether plugins may be loaded from `path` (a plugin directory or file): it must not be
+/// writable by others than its owner, and its owner must be root or this user; anyone else
+/// could otherwise put code into this process. `OFFLOAD_TRUST_PLUGIN_DIRS=1` allows it.
+pub fn check_trust(path: &Path, what: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::PluginLoad(format!("{what} '{}': {e}", path.display())))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let writable_by_others = meta.mode() & 0o022 != 0;
+    let foreign_owner = meta.uid() != 0 && meta.uid() != me;
+    if !writable_by_others && !foreign_owner {
+        return Ok(());
+    }
+    if matches!(offload_core::env::raw(&[ENV_TRUST])?, Some((_, v)) if v == "1") {
+        return Ok(());
+    }
+    let why = if writable_by_others {
+        format!(
+            "is writable by users other than its owner (mode {:o})",
+            meta.mode() & 0o7777
+        )
+    } else {
+        format!("belongs to another user (uid {}, you are {me})", meta.uid())
+    };
+    Err(Error::PluginLoad(format!(
+        "{what} '{}' {why}: anyone who can write there could run code in this process; \
+         make it yours and not writable by others (chmod go-w), or set {ENV_TRUST}=1 to load \
+         from it anyway",
+        path.display()
+    )))
+}
+
+/// A plugin file found, or why one named like a plugin is not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The plugin's name (from the file name).
+    pub name: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// Why it may not be loaded (an untrusted directory or file, not a regular file).
+    pub refused: Option<String>,
+}
+
+/// Plugin files in `dirs`: the first occurrence of each name wins (later ones are reported in
+/// `shadowed`), sorted by name within a directory so that the order is stable. Only regular
+/// files are considered, and nothing is opened here.
+pub fn find_plugins(dirs: &[PathBuf]) -> (Vec<Found>, Vec<String>) {
+    let mut found: Vec<Found> = Vec::new();
+    let mut shadowed = Vec::new();
     for dir in dirs {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };
-        let mut here: Vec<(String, PathBuf)> = entries
+        let mut here: Vec<(String, PathBuf, std::fs::FileType)> = entries
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let file = e.file_name();
                 let name = plugin_name(file.to_str()?)?.to_string();
-                Some((name, e.path()))
+                // Follows a symbolic link to what it names, without opening anything.
+                let ft = std::fs::metadata(e.path()).map(|m| m.file_type()).ok()?;
+                Some((name, e.path(), ft))
             })
             .collect();
-        here.sort();
-        for (name, path) in here {
-            if !found.iter().any(|(n, _)| *n == name) {
-                found.push((name, path));
+        here.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        if here.is_empty() {
+            continue;
+        }
+        let dir_trust = check_trust(dir, "plugin directory").err();
+        for (name, path, ft) in here {
+            if let Some(first) = found.iter().find(|f| f.name == name) {
+                shadowed.push(format!(
+                    "plugin '{name}': '{}' is not used, '{}' (found first) is",
+                    path.display(),
+                    first.path.display()
+                ));
+                continue;
             }
+            let refused = if !ft.is_file() {
+                Some(format!(
+                    "'{}' is {}, not a regular file",
+                    path.display(),
+                    offload_core::fs::kind_of(ft)
+                ))
+            } else {
+                dir_trust
+                    .as_ref()
+                    .map(|e| e.message().to_string())
+                    .or_else(|| {
+                        check_trust(&path, "plugin file")
+                            .err()
+                            .map(|e| e.message().to_string())
+                    })
+            };
+            found.push(Found {
+                name,
+                path,
+                refused,
+            });
         }
     }
-    found
+    (found, shadowed)
 }
 
 #[cfg(test)]
@@ -100,15 +189,29 @@ mod tests {
         }
         std::fs::write(b.join("liboffload_plugin_y.so"), b"").unwrap();
         std::fs::write(b.join("unrelated.so"), b"").unwrap();
-        let found = find_plugins(&[a.clone(), b.clone(), base.join("missing")]);
-        assert_eq!(found.len(), 2);
+        std::fs::create_dir(b.join("liboffload_plugin_z.so")).unwrap();
+        let (found, shadowed) = find_plugins(&[a.clone(), b.clone(), base.join("missing")]);
+        assert_eq!(found.len(), 3);
         assert_eq!(
-            found[0],
-            ("x".to_string(), a.join("liboffload_plugin_x.so"))
+            (found[0].name.as_str(), &found[0].path),
+            ("x", &a.join("liboffload_plugin_x.so"))
         );
+        assert_eq!(found[0].refused, None);
         assert_eq!(
-            found[1],
-            ("y".to_string(), b.join("liboffload_plugin_y.so"))
+            (found[1].name.as_str(), &found[1].path),
+            ("y", &b.join("liboffload_plugin_y.so"))
+        );
+        assert!(
+            found[2]
+                .refused
+                .as_deref()
+                .unwrap()
+                .contains("is a directory")
+        );
+        assert_eq!(shadowed.len(), 1);
+        assert!(
+            shadowed[0].contains("dir b/liboffload_plugin_x.so' is not used"),
+            "{shadowed:?}"
         );
         std::fs::remove_dir_all(&base).unwrap();
     }

@@ -7,7 +7,7 @@
 //! ```no_run
 //! use offload::{Runtime, LaunchDims, KernelArg};
 //! # fn main() -> offload::Result<()> {
-//! let rt = Runtime::from_env();
+//! let rt = Runtime::from_env()?;
 //! let image = std::fs::read("saxpy.so")?;
 //! let device = rt.route(&image)?;
 //! let program = device.load(&image)?;

@@ -79,6 +79,7 @@ enum SlotState {
 /// One plugin library the runtime found.
 #[derive(Debug)]
 pub struct PluginSlot {
+    /// The name its file gives it (`liboffload_plugin_<name>.so`), which its table must match.
     name: String,
     path: PathBuf,
     state: SlotState,
@@ -87,6 +88,22 @@ pub struct PluginSlot {
 impl PluginSlot {
     fn open(name: String, path: PathBuf) -> PluginSlot {
         let state = match LoadedPlugin::open(&path) {
+            // A plugin whose constructor failed exports an empty name; its `init` says why.
+            Ok(plugin) if plugin.name().is_empty() => SlotState::Failed(
+                plugin
+                    .init()
+                    .err()
+                    .unwrap_or_else(|| Error::PluginLoad("the plugin has an empty name".into()))
+                    .context(format!("'{}'", path.display())),
+            ),
+            // A plugin is what its file says it is: one that calls itself something else could
+            // take over another plugin's devices (`--device host:0`).
+            Ok(plugin) if plugin.name() != name => SlotState::Failed(Error::PluginLoad(format!(
+                "'{}' calls itself '{}', but its file name says '{name}': a plugin's name must \
+                 match its file (liboffload_plugin_<name>.so)",
+                path.display(),
+                offload_core::text::printable(plugin.name())
+            ))),
             Ok(plugin) => {
                 // Offered before init; a plugin that compiles nothing says so.
                 let uses_jit = plugin
@@ -100,14 +117,10 @@ impl PluginSlot {
             }
             Err(e) => SlotState::Failed(e),
         };
-        let name = match &state {
-            SlotState::Loaded { plugin, .. } => plugin.name().to_string(),
-            SlotState::Failed(_) => name,
-        };
         PluginSlot { name, path, state }
     }
 
-    /// The plugin's name (from its header, or from the file name if it failed to load).
+    /// The plugin's name (its file's, which a loaded plugin's table matches).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -185,22 +198,32 @@ pub struct Runtime {
 
 impl Runtime {
     /// Discovers plugins in [`discovery::default_plugin_dirs`], honouring `OFFLOAD_PLUGINS`.
-    /// Never fails: a plugin that cannot be loaded is kept as a failed slot with its reason, and
-    /// a bad environment variable becomes a note.
-    pub fn from_env() -> Runtime {
-        let mut notes = Vec::new();
-        let dirs = discovery::default_plugin_dirs().unwrap_or_else(|e| {
-            notes.push(e.to_string());
-            Vec::new()
-        });
-        let filter = discovery::plugin_filter().unwrap_or_else(|e| {
-            notes.push(e.to_string());
-            None
-        });
-        let mut rt = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
-        notes.append(&mut rt.notes);
-        rt.notes = notes;
-        rt
+    /// A bad `OFFLOAD_PLUGIN_PATH` or `OFFLOAD_PLUGINS` (not Unicode, a relative directory, a
+    /// plugin name that no file has) is an error naming the variable. A plugin that cannot be
+    /// loaded is kept as a failed slot with its reason.
+    pub fn from_env() -> Result<Runtime> {
+        let dirs = discovery::default_plugin_dirs()?;
+        let filter = discovery::plugin_filter()?;
+        let rt = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
+        if let Some(only) = &filter {
+            for wanted in only {
+                if !rt.slots.iter().any(|s| s.name == *wanted) {
+                    return Err(Error::InvalidArgument(format!(
+                        "environment variable {}='{}' names plugin '{wanted}', but no {}{wanted}{} \
+                         is in the plugin directories ({})",
+                        discovery::ENV_PLUGINS,
+                        only.join(","),
+                        discovery::PLUGIN_PREFIX,
+                        discovery::PLUGIN_SUFFIX,
+                        dirs.iter()
+                            .map(|d| d.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(rt)
     }
 
     /// Discovers plugins in `dirs`; with `only`, loads just the plugins of those names.
@@ -208,10 +231,11 @@ impl Runtime {
         let mut notes = Vec::new();
         // The JIT worker is looked for next to the plugins.
         jit_client().add_search_dirs(dirs);
-        let found = discovery::find_plugins(dirs);
+        let (found, shadowed) = discovery::find_plugins(dirs);
+        notes.extend(shadowed);
         if let Some(only) = only {
             for wanted in only {
-                if !found.iter().any(|(n, _)| n == wanted) {
+                if !found.iter().any(|f| f.name == *wanted) {
                     notes.push(format!(
                         "{} names plugin '{wanted}', but no {}{wanted}{} was found",
                         discovery::ENV_PLUGINS,
@@ -223,8 +247,15 @@ impl Runtime {
         }
         let slots = found
             .into_iter()
-            .filter(|(name, _)| only.is_none_or(|o| o.iter().any(|w| w == name)))
-            .map(|(name, path)| PluginSlot::open(name, path))
+            .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
+            .map(|f| match f.refused {
+                Some(why) => PluginSlot {
+                    name: f.name,
+                    path: f.path,
+                    state: SlotState::Failed(Error::PluginLoad(why)),
+                },
+                None => PluginSlot::open(f.name, f.path),
+            })
             .collect();
         Runtime { slots, notes }
     }

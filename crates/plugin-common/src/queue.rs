@@ -34,14 +34,6 @@ pub struct Queue {
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
-}
-
 impl Queue {
     /// Starts a queue's worker thread; `name` appears in messages and as the thread's name.
     pub fn new(name: String) -> Result<Queue> {
@@ -57,13 +49,9 @@ impl Queue {
                     let outcome = if failed.is_some() && !always {
                         Ok(())
                     } else {
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            job(failed.as_ref())
-                        }))
-                        .unwrap_or_else(|p| {
+                        offload_core::panic::catch(|| job(failed.as_ref())).unwrap_or_else(|m| {
                             Err(Error::PluginPanic(format!(
-                                "a job on {thread_name} panicked: {}",
-                                panic_text(p.as_ref())
+                                "a job on {thread_name} panicked: {m}"
                             )))
                         })
                     };

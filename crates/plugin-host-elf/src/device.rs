@@ -5,9 +5,7 @@ use crate::launch::PreparedCall;
 use crate::program::Program;
 use offload_core::image::ImageKind;
 use offload_core::jit::{JitTarget, ParamType, PostProcess};
-use offload_core::{
-    DeviceInfo, DeviceLimits, DevicePtr, ElfImage, Error, GlobalSymbol, MemoryKind, Result,
-};
+use offload_core::{DeviceInfo, DeviceLimits, DevicePtr, Error, GlobalSymbol, MemoryKind, Result};
 use offload_plugin_common::{DeviceBackend, Fit, Op};
 use std::alloc::Layout;
 use std::ffi::c_void;
@@ -35,21 +33,6 @@ pub struct HostDevice {
     pool: Arc<rayon::ThreadPool>,
     threads: u32,
     allocated: AtomicU64,
-}
-
-fn physical_memory() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    if pages > 0 && page > 0 {
-        pages as u64 * page as u64
-    } else {
-        0
-    }
 }
 
 fn cpu_model() -> String {
@@ -93,7 +76,7 @@ impl DeviceBackend for HostDevice {
             name: format!("{} (host, {} worker threads)", cpu_model(), self.threads),
             compute_unit_kind: target.cpu,
             target_features: target.features,
-            total_memory: physical_memory(),
+            total_memory: offload_core::fs::physical_memory(),
             compute_units: self.threads,
             limits: DeviceLimits {
                 max_grid: [i32::MAX as u32, 65535, 65535],
@@ -120,12 +103,13 @@ impl DeviceBackend for HostDevice {
     }
 
     fn check_native(&self, image: &[u8], _kind: &ImageKind) -> Result<()> {
-        ElfImage::parse(image, &crate::requirements()).map(|_| ())
+        // Any image that runs on this machine runs on every host device.
+        crate::check_image(image).map(|_| ())
     }
 
     fn load(&self, image: &[u8], _kind: &ImageKind) -> Result<Program> {
-        let parsed = ElfImage::parse(image, &crate::requirements())?;
-        Program::load(image, parsed)
+        let (parsed, _layout, has_context) = crate::check_image(image)?;
+        Program::load(image, parsed, has_context)
     }
 
     fn kernel(&self, p: &Program, name: &str) -> Result<(HostKernel, Option<Vec<ParamType>>)> {
@@ -164,7 +148,7 @@ impl DeviceBackend for HostDevice {
 
     fn alloc(&self, size: u64, _kind: MemoryKind) -> Result<DevicePtr> {
         // Host, device and shared memory are all the same memory here.
-        let limit = physical_memory();
+        let limit = offload_core::fs::physical_memory();
         let before = self.allocated.fetch_add(size, Ordering::SeqCst);
         if before.saturating_add(size) > limit {
             self.allocated.fetch_sub(size, Ordering::SeqCst);
@@ -227,14 +211,14 @@ impl DeviceBackend for HostDevice {
                 program,
                 dims,
                 args,
-                ..
+                name,
             } => {
                 // SAFETY: `kernel.func` is a function exported by `program`, which the layer
                 // keeps loaded until this returns; that its C signature matches `args` is
                 // checked by the layer for JIT images and is the launch contract otherwise (the
                 // same one a GPU driver relies on).
                 let call = unsafe { PreparedCall::new(program.has_context, kernel.func, args) };
-                call.run(&dims, &self.pool);
+                call.run(&dims, &self.pool).map_err(|f| f.error(name))?;
             }
         }
         Ok(())

@@ -119,14 +119,15 @@ impl PreparedCall {
             .collect()
     }
 
-    /// Runs all work items of one block on the calling thread.
+    /// Runs all work items of one block on the calling thread; a fault of the kernel ends
+    /// the block and is returned.
     fn run_block(
         &self,
         dims: &LaunchDims,
         block: u64,
         ctx: Option<*mut HostContext>,
         argv: &mut [*mut c_void],
-    ) {
+    ) -> Option<Fault> {
         let [gx, gy, _] = dims.grid.map(u64::from);
         let block_id = [
             (block % gx) as u32,
@@ -143,27 +144,30 @@ impl PreparedCall {
             }
         }
         let [bx, by, bz] = dims.block;
-        for tz in 0..bz {
-            for ty in 0..by {
-                for tx in 0..bx {
-                    if let Some(ctx) = ctx {
-                        // SAFETY: as above.
-                        unsafe { (*ctx).thread_id = [tx, ty, tz] };
-                    }
-                    // SAFETY: the CIF matches the function by `new`'s contract, `argv` points
-                    // at `self.slots` (one pointer per argument), and a void return needs no
-                    // return buffer.
-                    unsafe {
-                        libffi::raw::ffi_call(
-                            self.cif.as_raw_ptr(),
-                            Some(self.func),
-                            std::ptr::null_mut(),
-                            argv.as_mut_ptr(),
-                        );
-                    }
-                }
-            }
-        }
+        // The C side fills in the leading fields (its `struct fault`).
+        let mut fault = Fault {
+            signal: 0,
+            address: std::ptr::null_mut(),
+            item: [0; 3],
+            block: block_id,
+        };
+        // SAFETY: the CIF matches the function by `new`'s contract, `argv` points at
+        // `self.slots` (one pointer per argument), a void return needs no return buffer, and
+        // `ctx` is this thread's own context; the loop runs in C so that a fault's jump back
+        // crosses no Rust frame.
+        let faulted = unsafe {
+            offload_run_block(
+                self.cif.as_raw_ptr(),
+                self.func,
+                argv.as_mut_ptr(),
+                ctx.unwrap_or(std::ptr::null_mut()),
+                bx,
+                by,
+                bz,
+                &mut fault,
+            )
+        };
+        (faulted != 0).then_some(fault)
     }
 
     /// This thread's context, if the image reads one.
@@ -171,22 +175,111 @@ impl PreparedCall {
         self.has_context.then(|| CONTEXT.with(|c| c.get()))
     }
 
-    /// Runs the whole grid: blocks spread over `pool`, or inline when there is one block.
-    pub fn run(&self, dims: &LaunchDims, pool: &rayon::ThreadPool) {
+    /// Runs the whole grid: blocks spread over `pool`, or inline when there is one block. A
+    /// fault of the kernel stops the launch (blocks not yet started are skipped) and is
+    /// returned.
+    pub fn run(&self, dims: &LaunchDims, pool: &rayon::ThreadPool) -> Result<(), Fault> {
+        // SAFETY: installs the plugin's fault handler once; no preconditions.
+        if unsafe { offload_guard_install() } != 0 {
+            return Err(Fault {
+                signal: 0,
+                address: std::ptr::null_mut(),
+                item: [0; 3],
+                block: [0; 3],
+            });
+        }
         let blocks = dims.blocks();
         if blocks == 1 || pool.current_num_threads() == 1 {
             let ctx = self.context();
             let mut argv = self.arg_pointers();
             for b in 0..blocks {
-                self.run_block(dims, b, ctx, &mut argv);
+                if let Some(f) = self.run_block(dims, b, ctx, &mut argv) {
+                    return Err(f);
+                }
             }
-            return;
+            return Ok(());
         }
+        let first: std::sync::Mutex<Option<Fault>> = std::sync::Mutex::new(None);
+        let stop = std::sync::atomic::AtomicBool::new(false);
         pool.install(|| {
             (0..blocks).into_par_iter().for_each_init(
                 || (self.context(), self.arg_pointers()),
-                |(ctx, argv), b| self.run_block(dims, b, *ctx, argv),
+                |(ctx, argv), b| {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    if let Some(f) = self.run_block(dims, b, *ctx, argv) {
+                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        first
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(f);
+                    }
+                },
             );
         });
+        match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
     }
+}
+
+/// A fault of a kernel: the signal, the address it touched, and the work item.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Fault {
+    /// `SIGSEGV`, `SIGBUS`, `SIGFPE` or `SIGILL` (0: the handler could not be installed).
+    pub signal: i32,
+    /// The faulting address.
+    pub address: *mut c_void,
+    /// The work item (thread id) that faulted.
+    pub item: [u32; 3],
+    /// Its block (filled in on the Rust side).
+    pub block: [u32; 3],
+}
+
+// SAFETY: plain data (the address is only printed).
+unsafe impl Send for Fault {}
+
+impl Fault {
+    /// The error a launch that faulted gives.
+    pub fn error(&self, kernel: &str) -> offload_core::Error {
+        let name = match self.signal {
+            libc::SIGSEGV => "SIGSEGV (invalid memory access)",
+            libc::SIGBUS => "SIGBUS (misaligned or unmapped memory)",
+            libc::SIGFPE => "SIGFPE (arithmetic fault, e.g. integer division by zero)",
+            libc::SIGILL => "SIGILL (illegal instruction)",
+            0 => {
+                return offload_core::Error::System(
+                    "cannot install the host plugin's kernel fault handler".into(),
+                );
+            }
+            _ => "a fault signal",
+        };
+        offload_core::Error::DeviceFailure(format!(
+            "kernel '{kernel}' faulted: {name} at address {:p}, work item ({}, {}, {}) of block ({}, {}, {}); the launch was stopped, and memory it wrote may be partly updated",
+            self.address,
+            self.item[0],
+            self.item[1],
+            self.item[2],
+            self.block[0],
+            self.block[1],
+            self.block[2]
+        ))
+    }
+}
+
+unsafe extern "C" {
+    fn offload_guard_install() -> i32;
+    fn offload_run_block(
+        cif: *mut libffi::raw::ffi_cif,
+        func: unsafe extern "C" fn(),
+        argv: *mut *mut c_void,
+        ctx: *mut HostContext,
+        bx: u32,
+        by: u32,
+        bz: u32,
+        fault: *mut Fault,
+    ) -> i32;
 }

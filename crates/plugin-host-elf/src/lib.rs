@@ -24,6 +24,7 @@
 mod device;
 mod host_cpu;
 mod launch;
+mod probe;
 mod program;
 
 use device::HostDevice;
@@ -55,6 +56,16 @@ pub(crate) fn requirements() -> ElfRequirements<'static> {
         machine: machine::host(),
         file_types: &[elf_type::DYN],
     }
+}
+
+/// Everything checked of a native image before the dynamic loader sees it: the ELF structure,
+/// what the loader trusts (`offload_core::elf_dyn`), and the kernel header's context variable.
+/// Returns the parsed image, its layout and whether it has the context variable.
+pub(crate) fn check_image(image: &[u8]) -> Result<(ElfImage, offload_core::elf_dyn::Layout, bool)> {
+    let elf = ElfImage::parse(image, &requirements())?;
+    let layout = offload_core::elf_dyn::validate(image)?;
+    let has_context = program::check_context(&elf, &layout)?;
+    Ok((elf, layout, has_context))
 }
 
 /// The host as the JIT targets it.
@@ -135,14 +146,27 @@ impl Backend for HostBackend {
     }
 
     fn check_native(&self, image: &[u8], _kind: &ImageKind) -> Result<()> {
-        ElfImage::parse(image, &requirements()).map(|_| ())
+        check_image(image).map(|_| ())
     }
 
     fn properties(&self) -> Vec<(String, String)> {
-        vec![(
-            "bitcode".into(),
-            "JIT to an object for the host CPU, linked into a shared object".into(),
-        )]
+        vec![
+            (
+                "bitcode".into(),
+                "JIT to an object for the host CPU, linked into a shared object".into(),
+            ),
+            (
+                "trial load".into(),
+                match probe::probe_path() {
+                    Some(p) => format!("every image is first loaded by {}", p.display()),
+                    None => format!(
+                        "{} not found next to the plugin or the executable: images are loaded \
+                         directly, and one that crashes the dynamic loader crashes the process",
+                        probe::PROBE
+                    ),
+                },
+            ),
+        ]
     }
 }
 

@@ -10,7 +10,7 @@
 
 use offload_core::{ElfImage, Error, Result};
 use std::ffi::{CStr, CString, c_void};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Process-wide unique program ids (never reused): memfd names.
@@ -49,7 +49,7 @@ fn dl_error(what: &str) -> String {
 }
 
 impl Program {
-    pub fn load(bytes: &[u8], image: ElfImage) -> Result<Program> {
+    pub fn load(bytes: &[u8], image: ElfImage, has_context: bool) -> Result<Program> {
         let uid = NEXT_UID.fetch_add(1, Ordering::Relaxed);
         let name = CString::new(format!("offload-image-{uid}")).expect("no NUL in name");
         // SAFETY: valid C string; flags are defined by the kernel ABI.
@@ -76,6 +76,8 @@ impl Program {
                 libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
             );
         }
+        // A trial load in another process first: what would crash or hang it is refused.
+        crate::probe::trial_load(fd.as_fd())?;
         let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
         // SAFETY: `path` names our memfd; RTLD_LOCAL keeps the image's symbols out of the
         // global namespace. Running the image's initialisers is inherent to loading it.
@@ -85,23 +87,45 @@ impl Program {
                 "the dynamic loader rejected the image",
             )));
         }
-        // SAFETY: valid handle and symbol name.
-        let slot = unsafe { libc::dlsym(handle, CONTEXT_SYMBOL.as_ptr()) };
-        let has_context = !slot.is_null();
-        if has_context {
-            // SAFETY: the header defines the symbol as a writable, pointer-sized variable
-            // holding `const offload_host_context *(*)(void)`; nothing runs in the image yet.
-            unsafe {
-                (slot as *mut crate::launch::ContextGetter).write(crate::launch::current_context);
-            }
-        }
-        Ok(Program {
+        let program = Program {
             handle,
             fd: Some(fd),
             path,
             image,
             has_context,
-        })
+        };
+        if has_context {
+            // The image's own definition (checked by `check_context`: a writable, pointer-sized
+            // variable), and nothing else: the address must lie in this image.
+            let slot = program
+                .symbol(CONTEXT_SYMBOL.to_str().expect("ASCII"))
+                .filter(|p| program.owns(*p))
+                .ok_or_else(|| {
+                    Error::InvalidImage(format!(
+                        "the dynamic loader resolves {} to something outside the image",
+                        CONTEXT_SYMBOL.to_string_lossy()
+                    ))
+                })?;
+            // SAFETY: a writable, 8-byte, pointer-aligned variable of this image that holds
+            // `const offload_host_context *(*)(void)`; nothing of the image runs concurrently.
+            unsafe {
+                (slot as *mut crate::launch::ContextGetter).write(crate::launch::current_context);
+            }
+        }
+        Ok(program)
+    }
+
+    /// Whether `addr` lies in this image (not a dependency or the program).
+    fn owns(&self, addr: *mut c_void) -> bool {
+        // SAFETY: `Dl_info` is plain data; all zeroes is a valid value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables; `info` is a live out-value.
+        if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        // SAFETY: the loader's NUL-terminated file name of the containing object.
+        let file = unsafe { CStr::from_ptr(info.dli_fname) };
+        file == self.path.as_c_str()
     }
 
     /// Address of a symbol defined by this image (not one of its dependencies).
@@ -130,4 +154,28 @@ impl Drop for Program {
             std::mem::forget(self.fd.take());
         }
     }
+}
+
+/// Whether the image defines the kernel header's context variable, and that it is what the
+/// header makes: a writable, pointer-sized, aligned data object of the image itself. Anything
+/// else under that name (a function, a constant, a smaller object) is refused: the plugin writes
+/// a pointer into it.
+pub fn check_context(image: &ElfImage, layout: &offload_core::elf_dyn::Layout) -> Result<bool> {
+    let name = CONTEXT_SYMBOL.to_string_lossy();
+    let Some(s) = image.symbol(&name) else {
+        return Ok(false);
+    };
+    let what = if s.is_function {
+        "a function".to_string()
+    } else if s.size != 8 || s.address % 8 != 0 {
+        format!("a {}-byte object at {:#x}", s.size, s.address)
+    } else if !layout.is_writable(s.address, 8) {
+        "a constant in a read-only segment".to_string()
+    } else {
+        return Ok(true);
+    };
+    Err(Error::InvalidImage(format!(
+        "the image defines {name} as {what}; that name belongs to offload_kernel.h's context \
+         pointer (a writable, 8-byte variable the plugin sets): rename it"
+    )))
 }

@@ -17,7 +17,6 @@ use crate::types::{
     ProgramHandle, QueueHandle,
 };
 use std::ffi::CString;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Exports a plugin: `offload_core::export_plugin!(MyPlugin::new);` in the backend's `lib.rs`
@@ -51,12 +50,43 @@ pub fn entry(
     if let Some(table) = *slot {
         return table;
     }
-    match catch_unwind(AssertUnwindSafe(|| build_table(ctor()))) {
+    match crate::panic::catch(|| build_table(ctor())) {
         Ok(table) => {
             *slot = Some(table);
             table
         }
-        Err(_) => std::ptr::null(),
+        // A table with an empty name whose `init` says why: the runtime reports the panic's
+        // message (and tries the constructor again on the next call).
+        Err(message) => build_table(Box::new(FailedPlugin {
+            message: format!("the plugin's constructor panicked: {message}"),
+        })),
+    }
+}
+
+/// What a plugin whose constructor panicked exports: an empty name, and the reason as the
+/// error of every call.
+struct FailedPlugin {
+    message: String,
+}
+
+impl GenericPlugin for FailedPlugin {
+    fn name(&self) -> &str {
+        ""
+    }
+    fn elf_machine(&self) -> u16 {
+        0
+    }
+    fn target_triple(&self) -> &str {
+        ""
+    }
+    fn init(&self) -> Result<usize> {
+        Err(Error::PluginPanic(self.message.clone()))
+    }
+    fn check_image(&self, _image: &[u8]) -> Result<()> {
+        Err(Error::PluginPanic(self.message.clone()))
+    }
+    fn device(&self, _index: usize) -> Result<Arc<dyn GenericDevice>> {
+        Err(Error::PluginPanic(self.message.clone()))
     }
 }
 
@@ -182,16 +212,6 @@ pub fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
     }))
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".into()
-    }
-}
-
 /// Runs `f` with the plugin state, catching panics and reporting errors to `err`.
 ///
 /// # Safety
@@ -200,12 +220,11 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 unsafe fn guarded(ctx: Ctx, err: Err, f: impl FnOnce(&Exported) -> Result<()>) -> i32 {
     // SAFETY: per the contract, `ctx` points to a leaked, never-freed `Exported`.
     let state = unsafe { &*(ctx as *const Exported) };
-    let outcome = match catch_unwind(AssertUnwindSafe(|| f(state))) {
+    let outcome = match crate::panic::catch(|| f(state)) {
         Ok(r) => r,
-        Err(payload) => Err(Error::PluginPanic(format!(
-            "plugin '{}': {}",
-            state.plugin.name(),
-            panic_text(payload.as_ref())
+        Err(message) => Err(Error::PluginPanic(format!(
+            "plugin '{}': {message}",
+            state.plugin.name()
         ))),
     };
     match outcome {

@@ -17,7 +17,7 @@ use crate::types::{
     DeviceInfo, DeviceLimits, DevicePtr, EventHandle, GlobalSymbol, ImageClaim, KernelArg,
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle,
 };
-use std::ffi::{CStr, c_void};
+use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
@@ -45,15 +45,43 @@ unsafe fn header_str(p: *const std::ffi::c_char, field: &str, path: &Path) -> Re
             path.display()
         )));
     }
-    // SAFETY: non-null, NUL-terminated and static per the ABI contract.
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_str().map(str::to_owned).map_err(|_| {
+    // At most MAX_HEADER_STRING bytes are looked at: a string without its NUL within them is
+    // refused rather than read on without end.
+    let mut len = 0;
+    // SAFETY: non-null and NUL-terminated per the ABI contract; the scan stops at the bound.
+    while len < MAX_HEADER_STRING && unsafe { *p.add(len) } != 0 {
+        len += 1;
+    }
+    if len == MAX_HEADER_STRING {
+        return Err(Error::AbiMismatch(format!(
+            "{}: header field '{field}' has no end within {MAX_HEADER_STRING} bytes",
+            path.display()
+        )));
+    }
+    // SAFETY: `len` bytes were just read.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    let s = std::str::from_utf8(bytes).map_err(|_| {
         Error::AbiMismatch(format!(
             "{}: header field '{field}' is not valid UTF-8",
             path.display()
         ))
-    })
+    })?;
+    if s.chars().any(char::is_control) {
+        return Err(Error::AbiMismatch(format!(
+            "{}: header field '{field}' contains control characters ({})",
+            path.display(),
+            crate::text::printable(s)
+        )));
+    }
+    Ok(s.to_owned())
 }
+
+/// Longest header string (name, triple, build id) believed.
+const MAX_HEADER_STRING: usize = 1024;
+/// Most devices a plugin is believed to have.
+pub const MAX_DEVICES: usize = 4096;
+/// Longest error message or string a plugin hands back (longer ones are cut).
+const MAX_PLUGIN_TEXT: usize = 64 << 10;
 
 /// The name and offset of every entry of the table, for the null checks.
 fn entries(t: &PluginTable) -> Vec<(&'static str, usize, bool)> {
@@ -292,7 +320,8 @@ unsafe extern "C" fn collect_error(
         let text = if msg.is_null() {
             String::new()
         } else {
-            String::from_utf8_lossy(std::slice::from_raw_parts(msg, len)).into_owned()
+            String::from_utf8_lossy(std::slice::from_raw_parts(msg, len.min(MAX_PLUGIN_TEXT)))
+                .into_owned()
         };
         *slot = Some(Error::from_parts(kind, code, text));
     }
@@ -306,8 +335,10 @@ unsafe extern "C" fn collect_string(ctx: *mut c_void, bytes: *const u8, len: usi
     // for `len` bytes per the ABI contract.
     unsafe {
         let s = &mut *(ctx as *mut String);
+        let room = MAX_PLUGIN_TEXT.saturating_sub(s.len());
         s.push_str(&String::from_utf8_lossy(std::slice::from_raw_parts(
-            bytes, len,
+            bytes,
+            len.min(room),
         )));
     }
 }
@@ -342,6 +373,12 @@ impl GenericPlugin for LoadedPlugin {
         let f = need(t.init, "init", &self.name)?;
         // SAFETY: a checked, non-null entry; pointers passed are live locals.
         self.call("init", |err| unsafe { f(t.ctx, &mut count, err) })?;
+        if count as usize > MAX_DEVICES {
+            return Err(Error::PluginLoad(format!(
+                "plugin '{}' reports {count} devices; at most {MAX_DEVICES} are believed",
+                self.name
+            )));
+        }
         Ok(count as usize)
     }
 
@@ -769,7 +806,7 @@ unsafe extern "C" fn serve_jit(
     out: *const AbiStringOut,
     err: *const AbiErrorOut,
 ) -> i32 {
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<Vec<u8>> {
+    let result = crate::panic::catch(|| -> Result<Vec<u8>> {
         if ctx.is_null() || out.is_null() || (head.is_null() && head_len > 0) {
             return Err(Error::InvalidArgument(
                 "JIT service called with a null pointer".into(),
@@ -794,13 +831,8 @@ unsafe extern "C" fn serve_jit(
             post,
         })?;
         Ok(crate::jit::encode_output(&output))
-    }))
-    .unwrap_or_else(|p| {
-        let text = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".into());
+    })
+    .unwrap_or_else(|text| {
         Err(Error::PluginPanic(format!(
             "the runtime's JIT service panicked: {text}"
         )))

@@ -144,11 +144,26 @@ pub fn initial_bytes(
     index: usize,
 ) -> Result<Vec<u8>, String> {
     let size = ty.size();
+    let bytes = len.checked_mul(size).ok_or_else(|| {
+        format!(
+            "--arg {index}: a buffer of {len} {} elements is too large",
+            ty.name()
+        )
+    })?;
+    let what = format!("--arg {index} ({len} x {})", ty.name());
+    let zeroed = || offload_core::fs::try_zeroed(bytes, &what).map_err(|e| e.to_string());
     Ok(match init {
-        BufferInit::Zero => vec![0; len * size],
-        BufferInit::Fill(e) => e.repeat(len),
+        BufferInit::Zero => zeroed()?,
+        BufferInit::Fill(e) => {
+            let mut out = zeroed()?;
+            for chunk in out.chunks_exact_mut(size) {
+                chunk.copy_from_slice(e);
+            }
+            out
+        }
         BufferInit::Iota => {
-            let mut out = Vec::with_capacity(len * size);
+            let mut out = zeroed()?;
+            out.clear();
             for i in 0..len {
                 match ty {
                     ScalarType::I32 => out.extend_from_slice(&(i as i32).to_le_bytes()),
@@ -162,8 +177,11 @@ pub fn initial_bytes(
             out
         }
         BufferInit::File(path) => {
-            let bytes = std::fs::read(path)
-                .map_err(|e| format!("--arg {index}: cannot read '{}': {e}", path.display()))?;
+            let bytes = offload_core::fs::read_regular(path, &format!("--arg {index} file="))
+                .map_err(|e| match e {
+                    offload::Error::InvalidArgument(m) => m,
+                    other => other.to_string(),
+                })?;
             if bytes.len() != len * size {
                 return Err(format!(
                     "--arg {index}: '{}' has {} bytes, expected exactly {} ({len} x {})",

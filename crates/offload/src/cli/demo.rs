@@ -1,6 +1,7 @@
 //! `offload demo`: saxpy on the host backend with an embedded kernel, verified against a CPU
 //! reference, with the time of every step.
 
+use super::out::outln;
 use super::{Failure, human_bytes, ms_since};
 use offload::{KernelArg, LaunchDims, PluginStatus, Runtime};
 use std::time::Instant;
@@ -9,8 +10,22 @@ use std::time::Instant;
 static KERNEL: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/demo_saxpy.so"));
 const BLOCK: u32 = 256;
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// An empty vector with room for `n` elements, or an out-of-memory failure naming `what`.
+fn reserve<T>(n: usize, what: &str) -> Result<Vec<T>, Failure> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Failure::Runtime(format!(
+            "out of memory: {what} needs {} on the host",
+            human_bytes((n as u64).saturating_mul(std::mem::size_of::<T>() as u64))
+        ))
+    })?;
+    Ok(v)
+}
+
+fn f32_bytes(v: &[f32]) -> Result<Vec<u8>, Failure> {
+    let mut out = reserve(v.len() * 4, "--n")?;
+    out.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+    Ok(out)
 }
 
 pub fn demo(n: u32) -> Result<(), Failure> {
@@ -18,10 +33,10 @@ pub fn demo(n: u32) -> Result<(), Failure> {
         return Err(Failure::Usage("--n must be at least 1".into()));
     }
     let started = Instant::now();
-    println!("offload demo: y = a*x + y (saxpy) on the host backend, n = {n}, block {BLOCK}");
+    outln!("offload demo: y = a*x + y (saxpy) on the host backend, n = {n}, block {BLOCK}");
 
     let t = Instant::now();
-    let rt = Runtime::from_env();
+    let rt = Runtime::from_env().map_err(Failure::input)?;
     let host = rt.plugin("host").map_err(|e| {
         Failure::Runtime(format!(
             "{e}; the host plugin (liboffload_plugin_host.so) must sit next to the offload \
@@ -36,7 +51,7 @@ pub fn demo(n: u32) -> Result<(), Failure> {
             status.reason().unwrap_or("")
         )));
     };
-    println!(
+    outln!(
         "  discover  {} plugin(s), host plugin {} with {count} device(s)   {:8.3} ms",
         rt.plugins().len(),
         host.path().display(),
@@ -45,31 +60,46 @@ pub fn demo(n: u32) -> Result<(), Failure> {
 
     let device = host.device(0)?;
     let info = device.info()?;
-    println!(
+    outln!(
         "  device    {device}: {} (compute unit {})",
-        info.name, info.compute_unit_kind
+        info.name,
+        info.compute_unit_kind
     );
 
     let t = Instant::now();
     let program = device.load(KERNEL)?;
     let kernel = program.kernel("saxpy")?;
-    println!(
+    outln!(
         "  load      embedded kernel image, {} (built with {})   {:8.3} ms",
         human_bytes(KERNEL.len() as u64),
         env!("OFFLOAD_DEMO_KERNEL_CC"),
         ms_since(t)
     );
 
+    // x, y, their bytes, the result's bytes and floats on the host, x and y on the device:
+    // refused up front when it is more than the machine has (allocations of that size would
+    // succeed on paper and then take the machine down).
+    let need = 8 * 4 * u64::from(n);
+    let physical = offload_core::fs::physical_memory();
+    if physical > 0 && need > physical {
+        return Err(Failure::Runtime(format!(
+            "out of memory: --n {n} needs about {} of memory, this machine has {}",
+            human_bytes(need),
+            human_bytes(physical)
+        )));
+    }
     let a = 2.5f32;
-    let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5).collect();
-    let y: Vec<f32> = (0..n).map(|i| 1.0 - (i % 77) as f32).collect();
+    let mut x: Vec<f32> = reserve(n as usize, "--n")?;
+    x.extend((0..n).map(|i| (i % 1000) as f32 * 0.5));
+    let mut y: Vec<f32> = reserve(n as usize, "--n")?;
+    y.extend((0..n).map(|i| 1.0 - (i % 77) as f32));
     let bytes = u64::from(n) * 4;
     let t = Instant::now();
     let dx = device.alloc_buffer(bytes)?;
     let dy = device.alloc_buffer(bytes)?;
-    dx.write(&f32_bytes(&x))?;
-    dy.write(&f32_bytes(&y))?;
-    println!(
+    dx.write(&f32_bytes(&x)?)?;
+    dy.write(&f32_bytes(&y)?)?;
+    outln!(
         "  copy-in   2 x {}   {:8.3} ms",
         human_bytes(bytes),
         ms_since(t)
@@ -87,43 +117,43 @@ pub fn demo(n: u32) -> Result<(), Failure> {
             KernelArg::Ptr(dy.ptr()),
         ],
     )?;
-    println!(
+    outln!(
         "  launch    {dims}, {} work items   {:8.3} ms",
         u64::from(n.div_ceil(BLOCK)) * u64::from(BLOCK),
         ms_since(t)
     );
 
     let t = Instant::now();
-    let mut out = vec![0u8; bytes as usize];
+    let mut out: Vec<u8> = reserve(bytes as usize, "--n")?;
+    out.resize(bytes as usize, 0);
     dy.read(&mut out)?;
-    println!(
+    outln!(
         "  copy-out  {}   {:8.3} ms",
         human_bytes(bytes),
         ms_since(t)
     );
 
     let t = Instant::now();
-    let got: Vec<f32> = out
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let wrong: Vec<usize> = (0..n as usize)
-        .filter(|&i| got[i].to_bits() != (a * x[i] + y[i]).to_bits())
-        .collect();
-    println!(
+    let mut got: Vec<f32> = reserve(n as usize, "--n")?;
+    got.extend(
+        out.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
+    );
+    let is_wrong = |i: &usize| got[*i].to_bits() != (a * x[*i] + y[*i]).to_bits();
+    let wrong = (0..n as usize).filter(is_wrong).count();
+    outln!(
         "  verify    {} of {n} elements equal the CPU reference bit for bit   {:8.3} ms",
-        n as usize - wrong.len(),
+        n as usize - wrong,
         ms_since(t)
     );
-    if let Some(&i) = wrong.first() {
+    if let Some(i) = (0..n as usize).find(is_wrong) {
         return Err(Failure::Runtime(format!(
-            "demo result is wrong at {} element(s); first at index {i}: got {}, expected {}",
-            wrong.len(),
+            "demo result is wrong at {wrong} element(s); first at index {i}: got {}, expected {}",
             got[i],
             a * x[i] + y[i]
         )));
     }
-    println!(
+    outln!(
         "result: PASS (y[0] = {}, y[{}] = {}), total {:.3} ms",
         got[0],
         n - 1,

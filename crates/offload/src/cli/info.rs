@@ -1,12 +1,14 @@
 //! `offload info [--json]`
 
+use super::out::outln;
 use super::{Failure, human_bytes};
 use offload::{PluginStatus, Runtime};
 use offload_core::GenericPlugin;
+use offload_core::text::printable;
 use serde_json::json;
 
 pub fn info(as_json: bool) -> Result<(), Failure> {
-    let rt = Runtime::from_env();
+    let rt = Runtime::from_env().map_err(Failure::input)?;
     let mut plugins = Vec::new();
     for slot in rt.plugins() {
         let status = slot.status();
@@ -83,20 +85,22 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
     };
     if as_json {
         let out = json!({ "plugins": plugins, "jit": jit, "notes": rt.notes() });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&out).expect("JSON values serialise")
         );
         return Ok(());
     }
     if plugins.is_empty() {
-        println!(
+        outln!(
             "no plugins found (searched OFFLOAD_PLUGIN_PATH, the executable's directory and ../lib)"
         );
     }
     for p in &plugins {
-        let s = |k: &str| p[k].as_str().unwrap_or("-").to_string();
-        println!("plugin {:<10} {:<10} {}", s("name"), s("status"), s("path"));
+        // Plugin-supplied text is printed with control characters escaped: a name or reason
+        // with a newline cannot forge a line of this report.
+        let s = |k: &str| printable(p[k].as_str().unwrap_or("-")).into_owned();
+        outln!("plugin {:<10} {:<10} {}", s("name"), s("status"), s("path"));
         if p["elf_machine"].is_u64() {
             let serves: Vec<String> = p["serves"]
                 .as_array()
@@ -105,25 +109,29 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 .filter_map(|c| c.as_str().and_then(offload_core::ImageClaim::from_text))
                 .map(|c| c.describe())
                 .collect();
-            println!("    ABI {}, serves {}", s("abi_version"), serves.join(", "));
+            outln!("    ABI {}, serves {}", s("abi_version"), serves.join(", "));
         }
         for (k, v) in p["properties"].as_object().into_iter().flatten() {
-            println!("    {k}: {}", v.as_str().unwrap_or("?"));
+            outln!(
+                "    {}: {}",
+                printable(k),
+                printable(v.as_str().unwrap_or("?"))
+            );
         }
         if let Some(r) = p["reason"].as_str() {
-            println!("    reason: {r}");
+            outln!("    reason: {}", printable(r));
         }
         for d in p["devices"].as_array().into_iter().flatten() {
             if let Some(e) = d["error"].as_str() {
-                println!("    {}:{}  error: {e}", s("name"), d["index"]);
+                outln!("    {}:{}  error: {}", s("name"), d["index"], printable(e));
                 continue;
             }
-            println!(
+            outln!(
                 "    {}:{}  {}  compute unit {}  memory {}",
                 s("name"),
                 d["index"],
-                d["name"].as_str().unwrap_or("?"),
-                d["compute_unit"].as_str().unwrap_or("?"),
+                printable(d["name"].as_str().unwrap_or("?")),
+                printable(d["compute_unit"].as_str().unwrap_or("?")),
                 human_bytes(d["memory_bytes"].as_u64().unwrap_or(0))
             );
             let dims = |v: &serde_json::Value| {
@@ -136,7 +144,7 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                     })
                     .unwrap_or_default()
             };
-            println!(
+            outln!(
                 "          {} compute units, warp {}, up to {} threads per block, block up to {}, grid up to {}",
                 d["compute_units"],
                 d["warp_size"],
@@ -147,8 +155,8 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
         }
     }
     match (jit["error"].as_str(), jit["path"].as_str()) {
-        (Some(e), _) => println!("jit      error: {e}"),
-        (None, Some(path)) => println!(
+        (Some(e), _) => outln!("jit      error: {}", printable(e)),
+        (None, Some(path)) => outln!(
             "jit      {} {path} (LLVM {}; started on the first compile)",
             jit["isolation"].as_str().unwrap_or("?"),
             jit["llvm"].as_str().unwrap_or("?")
@@ -156,7 +164,7 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
         (None, None) => {}
     }
     for n in rt.notes() {
-        println!("note: {n}");
+        outln!("note: {}", printable(n));
     }
     Ok(())
 }

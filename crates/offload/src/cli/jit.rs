@@ -3,6 +3,7 @@
 //! Compiles through the same JIT client and worker process as the plugins, so an input that
 //! crashes LLVM is an error here too, never a crash of this process.
 
+use super::out::outln;
 use super::{Failure, human_bytes, ms_since};
 use offload_core::jit::{CompileRequest, JitService, JitTarget, PostProcess};
 use offload_jit_client::{JitClient, JitConfig};
@@ -71,8 +72,7 @@ fn post_process_for(
 }
 
 pub fn jit(a: JitArgs) -> Result<(), Failure> {
-    let image = std::fs::read(&a.image)
-        .map_err(|e| Failure::Usage(format!("cannot read image '{}': {e}", a.image.display())))?;
+    let image = offload_core::fs::read_regular(&a.image, "image").map_err(Failure::input)?;
     if !offload_jit_client::is_jit_input(&image) {
         return Err(Failure::Usage(format!(
             "'{}' is neither LLVM bitcode nor textual IR",
@@ -138,7 +138,7 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
     std::fs::write(&a.output, &out.image.bytes)
         .map_err(|e| Failure::Runtime(format!("cannot write '{}': {e}", a.output.display())))?;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "output": a.output.display().to_string(),
@@ -153,7 +153,7 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "wrote {} ({}, {}) for {} {} at -O{} in {:.3} ms",
         a.output.display(),
         kind,

@@ -4,6 +4,7 @@ mod args;
 mod demo;
 mod info;
 mod jit;
+mod out;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -16,11 +17,24 @@ pub enum Failure {
     Usage(String),
     /// Failure at run time (exit 1).
     Runtime(String),
+    /// Standard output could not be written (exit 1; quietly for a closed pipe).
+    Output(std::io::Error),
 }
 
 impl From<offload::Error> for Failure {
     fn from(e: offload::Error) -> Self {
         Failure::Runtime(e.to_string())
+    }
+}
+
+impl Failure {
+    /// For errors reading the command's input files: a file that cannot be read is a usage
+    /// error (exit 2), one too large for memory a run-time failure (exit 1).
+    pub fn input(e: offload::Error) -> Failure {
+        match e {
+            offload::Error::InvalidArgument(m) => Failure::Usage(m),
+            other => Failure::Runtime(other.to_string()),
+        }
     }
 }
 
@@ -62,18 +76,20 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                let _ = e.print();
-                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                    ExitCode::from(2)
-                } else {
-                    ExitCode::SUCCESS
-                };
+            match e.kind() {
+                // `--help`, `help`, `--version`: to standard output, exit 0.
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = e.print();
+                    return ExitCode::SUCCESS;
+                }
+                // A bare `offload` is a usage error like any other: one line.
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    out::error_line(
+                        "offload: error: a command is needed: info, run, jit or demo (see 'offload --help')",
+                    );
+                    return ExitCode::from(2);
+                }
+                _ => {}
             }
             // clap explains over several lines; keep the explanation (up to the usage block)
             // on one line.
@@ -85,7 +101,7 @@ pub fn main() -> ExitCode {
                 .collect();
             let message = message.join(" ");
             let message = message.strip_prefix("error: ").unwrap_or(&message);
-            eprintln!("offload: error: {message} (see 'offload --help')");
+            out::error_line(&format!("offload: error: {message} (see 'offload --help')"));
             return ExitCode::from(2);
         }
     };
@@ -94,23 +110,35 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Jit(args) => jit::jit(args),
         Command::Demo { n } => demo::demo(n),
-    };
-    // Errors are one line, whatever the text a tool (LLVM, lld) put in them.
+    }
+    .and_then(|()| out::flush());
+    // Errors are one line, whatever the text a tool (LLVM, lld) or a plugin put in them, with
+    // any other control characters escaped.
     let one_line = |m: &str| {
-        m.lines()
+        let joined = m
+            .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect::<Vec<_>>()
-            .join(" | ")
+            .join(" | ");
+        offload_core::text::printable(&joined).into_owned()
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
-            eprintln!("offload: error: {}", one_line(&m));
+            out::error_line(&format!("offload: error: {}", one_line(&m)));
             ExitCode::from(2)
         }
         Err(Failure::Runtime(m)) => {
-            eprintln!("offload: error: {}", one_line(&m));
+            out::error_line(&format!("offload: error: {}", one_line(&m)));
+            ExitCode::from(1)
+        }
+        // A reader that went away (`offload info | head -1`) is no error to report.
+        Err(Failure::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(1),
+        Err(Failure::Output(e)) => {
+            out::error_line(&format!(
+                "offload: error: cannot write to standard output: {e}"
+            ));
             ExitCode::from(1)
         }
     }

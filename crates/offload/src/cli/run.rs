@@ -1,6 +1,7 @@
 //! `offload run IMAGE --kernel NAME ...`
 
 use super::args::{self, ArgSpec};
+use super::out::outln;
 use super::{Failure, ms_since};
 use offload::{DeviceBuffer, KernelArg, LaunchDims, Runtime, ScalarType};
 use offload_core::GenericPlugin;
@@ -51,8 +52,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     let total = Instant::now();
     // Everything that can be wrong with the command line or input files is found here,
     // before any device is touched (exit status 2).
-    let image = std::fs::read(&a.image)
-        .map_err(|e| Failure::Usage(format!("cannot read image '{}': {e}", a.image.display())))?;
+    let image = offload_core::fs::read_regular(&a.image, "image").map_err(Failure::input)?;
     let mut buffers = Vec::new();
     for (i, spec) in a.args.iter().enumerate() {
         if let ArgSpec::Buffer { ty, len, init } = spec {
@@ -75,7 +75,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         })?;
     }
 
-    let rt = Runtime::from_env();
+    let rt = Runtime::from_env().map_err(Failure::input)?;
     let t = Instant::now();
     let device = match &a.device {
         Some((name, index)) => rt.device(name, *index)?,
@@ -190,19 +190,20 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 "head": (0..b.len.min(SHOWN)).map(|i| args::element_json(b.ty, &b.host, i)).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
-    println!(
+    outln!(
         "device   {device}  {} (compute unit {})",
-        info.name, info.compute_unit_kind
+        info.name,
+        info.compute_unit_kind
     );
-    println!("kernel   {}  {dims}", a.kernel);
+    outln!("kernel   {}  {dims}", a.kernel);
     for b in &buffers {
         let head: Vec<String> = (0..b.len.min(SHOWN))
             .map(|i| args::element_text(b.ty, &b.host, i))
             .collect();
-        println!(
+        outln!(
             "arg{}     {}[{}] = [{}{}]",
             b.index,
             b.ty.name(),
@@ -212,9 +213,9 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         );
     }
     if let Some((compiles, hits, ms)) = jit.filter(|j| j.0 + j.1 > 0) {
-        println!("jit      {compiles} compile(s), {hits} cache hit(s), {ms:.3} ms compiling");
+        outln!("jit      {compiles} compile(s), {hits} cache hit(s), {ms:.3} ms compiling");
     }
-    println!(
+    outln!(
         "timings  load {load_ms:.3} ms, copy-in {copy_in_ms:.3} ms, launch {launch_ms:.3} ms, \
          copy-out {copy_out_ms:.3} ms, total {total_ms:.3} ms"
     );

@@ -1,0 +1,125 @@
+//! Reading files named by users: only regular files, opened without blocking (a FIFO or a
+//! device file named as an image would otherwise hang the process or read without end), into
+//! memory allocated fallibly (a huge file is an out-of-memory error, not an abort).
+
+use crate::error::{Error, Result};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// What a non-regular file is, for messages.
+pub fn kind_of(ft: std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a regular file"
+    }
+}
+
+/// Reads the regular file at `path` (`what` names it in errors: `image`, `--arg 3 file=`).
+/// Anything else (directory, FIFO, socket, device) is refused before it is read, without
+/// blocking.
+pub fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>> {
+    let shown = path.display();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| Error::InvalidArgument(format!("cannot read {what} '{shown}': {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::InvalidArgument(format!("cannot read {what} '{shown}': {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} '{shown}' is {}, not a regular file",
+            kind_of(meta.file_type())
+        )));
+    }
+    let len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| {
+        Error::OutOfMemory(format!(
+            "{what} '{shown}' has {} bytes, more than this process can hold",
+            meta.len()
+        ))
+    })?;
+    (&file)
+        .take(meta.len())
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::InvalidArgument(format!("cannot read {what} '{shown}': {e}")))?;
+    Ok(bytes)
+}
+
+/// The machine's physical memory in bytes (0 if the system does not say).
+pub fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && page > 0 {
+        pages as u64 * page as u64
+    } else {
+        0
+    }
+}
+
+/// `len` zero bytes, or an out-of-memory error naming `what` (also when `len` is more than
+/// the machine's physical memory).
+pub fn try_zeroed(len: usize, what: &str) -> Result<Vec<u8>> {
+    // More than the machine has would be granted on paper (overcommit) and then end the
+    // process when it is written.
+    let physical = physical_memory();
+    if physical > 0 && len as u64 > physical {
+        return Err(Error::OutOfMemory(format!(
+            "{what}: {len} bytes is more than this machine's {physical} bytes of memory"
+        )));
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        Error::OutOfMemory(format!("{what}: cannot allocate {len} bytes on the host"))
+    })?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_are_read_and_fifos_do_not_block() {
+        let dir = std::env::temp_dir().join(format!("offload-fs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("f");
+        std::fs::write(&file, b"abc").unwrap();
+        assert_eq!(read_regular(&file, "image").unwrap(), b"abc");
+        let e = read_regular(&dir, "image").unwrap_err().to_string();
+        assert!(e.contains("is a directory, not a regular file"), "{e}");
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_regular(&fifo, "image").unwrap_err().to_string();
+        assert!(e.contains("is a FIFO"), "{e}");
+        let e = read_regular(Path::new("/dev/zero"), "--arg 1 file=")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is a character device"), "{e}");
+        let e = try_zeroed(usize::MAX, "buffer").unwrap_err().to_string();
+        assert!(e.starts_with("out of memory: buffer: "), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,48 @@
+//! Text from elsewhere (plugins, images, drivers) made safe to print: control characters are
+//! escaped, so a name with a newline or a terminal escape cannot forge or hide output lines.
+
+use std::borrow::Cow;
+
+/// `s` with every control character written as an escape (`\n`, `\u{1b}`).
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary, with `…` when something was cut.
+pub fn bounded(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &s[..end]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_long_text_is_cut() {
+        assert_eq!(printable("host"), "host");
+        assert_eq!(printable("a\nnote: forged"), "a\\nnote: forged");
+        assert_eq!(printable("\u{1b}[2J"), "\\u{1b}[2J");
+        assert_eq!(bounded("héllo", 2), "h…");
+        assert_eq!(bounded("abc", 3), "abc");
+    }
+}

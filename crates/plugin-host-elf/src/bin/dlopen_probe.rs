@@ -1,0 +1,28 @@
+//! `offload-dlopen-probe FD`: loads the shared object open on file descriptor FD with `dlopen`, as
+//! the host plugin is about to, and exits 0 if that worked, 2 with the loader's message on
+//! standard error if it refused, or dies of whatever signal the image's loading raises. The
+//! host plugin runs it before loading an image into its own process (see the plugin's
+//! `probe` module).
+
+use std::ffi::CStr;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let Some(fd) = std::env::args().nth(1).and_then(|a| a.parse::<u32>().ok()) else {
+        eprintln!("usage: offload-dlopen-probe FD (the host plugin runs this)");
+        return ExitCode::from(3);
+    };
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+    // SAFETY: a valid C string; loading the image (and running its initialisers) is the point.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror returns null or a NUL-terminated string.
+        let e = unsafe { libc::dlerror() };
+        if !e.is_null() {
+            // SAFETY: non-null, NUL-terminated.
+            eprintln!("{}", unsafe { CStr::from_ptr(e) }.to_string_lossy());
+        }
+        return ExitCode::from(2);
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,130 @@
+//! A trial load in a separate process. glibc's dynamic loader trusts what it reads, and an
+//! image's initialisers run inside `dlopen`: an image damaged in a way the structural checks
+//! (`offload_core::elf_dyn`) cannot see, say in the code its initialisers run, would crash or
+//! hang the process that loads it. So the image is first loaded by `offload-dlopen-probe` (next
+//! to this plugin, or next to the executable), from the same sealed memory file; only if that
+//! process loads it and exits normally is it loaded here.
+
+use offload_core::{Error, Result};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The probe's file name.
+pub const PROBE: &str = "offload-dlopen-probe";
+/// How long a trial load may take (initialisers included).
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Where the probe is: next to this plugin library, else next to the executable.
+pub fn probe_path() -> Option<&'static PathBuf> {
+    static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let mut dirs = Vec::new();
+        // SAFETY: `Dl_info` is plain data; all zeroes is a valid value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr reads the loader's tables for an address of this library.
+        if unsafe { libc::dladdr(probe_path as *const libc::c_void, &mut info) } != 0
+            && !info.dli_fname.is_null()
+        {
+            // SAFETY: the loader's NUL-terminated file name.
+            let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+            if let Some(dir) = std::path::Path::new(&*file.to_string_lossy()).parent() {
+                dirs.push(dir.to_path_buf());
+            }
+        }
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(PathBuf::from))
+        {
+            dirs.push(dir);
+        }
+        dirs.into_iter()
+            .map(|d| d.join(PROBE))
+            .find(|p| p.is_file())
+    })
+    .as_ref()
+}
+
+/// Loads the image open on `fd` in the probe; `Ok` if it loaded there.
+pub fn trial_load(fd: BorrowedFd<'_>) -> Result<()> {
+    let Some(probe) = probe_path() else {
+        // Without the probe the image is loaded directly (the plugin's properties say so).
+        return Ok(());
+    };
+    let raw = fd.as_raw_fd();
+    let mut cmd = Command::new(probe);
+    cmd.arg(raw.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: runs in the child between fork and exec; fcntl is async-signal-safe. The image's
+    // descriptor (close-on-exec here) stays open in the probe, which is told its number.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::System(format!("cannot start '{}': {e}", probe.display())))?;
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if started.elapsed() > TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::InvalidImage(format!(
+                    "loading the image (its initialisers included) did not finish within {} s in a trial load; refused",
+                    TIMEOUT.as_secs()
+                )));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_micros(200)),
+            Err(e) => return Err(Error::System(format!("waiting for '{PROBE}': {e}"))),
+        }
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = (&mut e).take(4096).read_to_string(&mut stderr);
+    }
+    let said = stderr.trim();
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ok(()),
+        (Some(2), _) => Err(Error::InvalidImage(format!(
+            "the dynamic loader rejected the image: {said}"
+        ))),
+        (_, Some(sig)) => Err(Error::InvalidImage(format!(
+            "the image crashes the dynamic loader or its own initialisers: a trial load in a separate process died of signal {sig} ({}); refused",
+            signal_name(sig)
+        ))),
+        (Some(code), _) => Err(Error::InvalidImage(format!(
+            "a trial load of the image ended with status {code}{}; refused",
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {said}")
+            }
+        ))),
+        (None, None) => Err(Error::System(format!("'{PROBE}' ended without a status"))),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGKILL => "SIGKILL",
+        _ => "a signal",
+    }
+}
