@@ -112,6 +112,74 @@ OFFLOAD_DEVICE unsigned offload_grid_dim(int d) {
 
 #endif
 
+/*
+ * OFFLOAD_SIGNATURE(kernel, parameter types...) after a kernel records its parameter types in a
+ * host image, so that the host plugin checks every launch against them (a u64 where the kernel
+ * takes a pointer, a double where it takes a float, a missing argument: each refused with the
+ * argument named). The types must be the kernel's own (checked at compile time):
+ *
+ *   OFFLOAD_KERNEL void saxpy(int n, float a, const float *x, float *y) { ... }
+ *   OFFLOAD_SIGNATURE(saxpy, int, float, const float *, float *);
+ *
+ * OFFLOAD_SIGNATURE_NONE(kernel) for a kernel without parameters. Launches of host kernels
+ * without a signature are not checked (GPU drivers and JIT-compiled images check theirs). Host C
+ * only; on GPU targets and in C++ the macros declare nothing.
+ */
+#if !defined(__NVPTX__) && !defined(__AMDGPU__) && !defined(__cplusplus)
+/* 1 int/unsigned, 2 64-bit integer, 3 float, 4 double, 5 pointer, 6 anything else. */
+#define OFFLOAD_ARG_CODE(T)                                                                      \
+  _Generic((T)0, _Bool: 6, char: 6, signed char: 6, unsigned char: 6, short: 6,                  \
+           unsigned short: 6, int: 1, unsigned int: 1, long: 2, unsigned long: 2, long long: 2, \
+           unsigned long long: 2, float: 3, double: 4, long double: 6, default: 5)
+#define OFFLOAD_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16,    \
+                       _17, _18, _19, _20, _21, _22, _23, _24, N, ...) N
+#define OFFLOAD_NARGS(...)                                                                       \
+  OFFLOAD_NARGS_(__VA_ARGS__, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, \
+                 7, 6, 5, 4, 3, 2, 1, 0)
+#define OFFLOAD_CAT_(a, b) a##b
+#define OFFLOAD_CAT(a, b) OFFLOAD_CAT_(a, b)
+#define OFFLOAD_CODES_1(a) OFFLOAD_ARG_CODE(a)
+#define OFFLOAD_CODES_2(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_1(__VA_ARGS__)
+#define OFFLOAD_CODES_3(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_2(__VA_ARGS__)
+#define OFFLOAD_CODES_4(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_3(__VA_ARGS__)
+#define OFFLOAD_CODES_5(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_4(__VA_ARGS__)
+#define OFFLOAD_CODES_6(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_5(__VA_ARGS__)
+#define OFFLOAD_CODES_7(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_6(__VA_ARGS__)
+#define OFFLOAD_CODES_8(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_7(__VA_ARGS__)
+#define OFFLOAD_CODES_9(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_8(__VA_ARGS__)
+#define OFFLOAD_CODES_10(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_9(__VA_ARGS__)
+#define OFFLOAD_CODES_11(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_10(__VA_ARGS__)
+#define OFFLOAD_CODES_12(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_11(__VA_ARGS__)
+#define OFFLOAD_CODES_13(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_12(__VA_ARGS__)
+#define OFFLOAD_CODES_14(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_13(__VA_ARGS__)
+#define OFFLOAD_CODES_15(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_14(__VA_ARGS__)
+#define OFFLOAD_CODES_16(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_15(__VA_ARGS__)
+#define OFFLOAD_CODES_17(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_16(__VA_ARGS__)
+#define OFFLOAD_CODES_18(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_17(__VA_ARGS__)
+#define OFFLOAD_CODES_19(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_18(__VA_ARGS__)
+#define OFFLOAD_CODES_20(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_19(__VA_ARGS__)
+#define OFFLOAD_CODES_21(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_20(__VA_ARGS__)
+#define OFFLOAD_CODES_22(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_21(__VA_ARGS__)
+#define OFFLOAD_CODES_23(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_22(__VA_ARGS__)
+#define OFFLOAD_CODES_24(a, ...) OFFLOAD_ARG_CODE(a), OFFLOAD_CODES_23(__VA_ARGS__)
+/* The record: version 1, the number of parameters, then one code per parameter. */
+#define OFFLOAD_SIGNATURE(kernel, ...)                                                           \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&kernel), void (*)(__VA_ARGS__)),      \
+                 "OFFLOAD_SIGNATURE(" #kernel ", ...) does not match the kernel's parameters");  \
+  __attribute__((used, visibility("default"))) const unsigned char                              \
+      __offload_signature_##kernel[] = {1, OFFLOAD_NARGS(__VA_ARGS__),                           \
+                                        OFFLOAD_CAT(OFFLOAD_CODES_, OFFLOAD_NARGS(__VA_ARGS__))( \
+                                            __VA_ARGS__)}
+#define OFFLOAD_SIGNATURE_NONE(kernel)                                                           \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&kernel), void (*)(void)),             \
+                 "OFFLOAD_SIGNATURE_NONE(" #kernel ") does not match the kernel's parameters");  \
+  __attribute__((used, visibility("default"))) const unsigned char                              \
+      __offload_signature_##kernel[] = {1, 0}
+#else
+#define OFFLOAD_SIGNATURE(kernel, ...) typedef int offload_signature_##kernel##_unused
+#define OFFLOAD_SIGNATURE_NONE(kernel) typedef int offload_signature_##kernel##_unused
+#endif
+
 /* The global linear index along x, the most common kernel idiom. */
 OFFLOAD_DEVICE unsigned offload_global_id_x(void) {
   return offload_block_id(0) * offload_block_dim(0) + offload_thread_id(0);

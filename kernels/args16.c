@@ -14,3 +14,5 @@ OFFLOAD_KERNEL void args16(int a0, long long a1, float a2, double a3, int a4, fl
              (double)a10 * 11.0 + a11 * 12.0 + (double)a12 * 13.0 + (double)a13 * 14.0;
   out[i] = s * (double)(i + 1);
 }
+OFFLOAD_SIGNATURE(args16, int, long long, float, double, int, float, double, long long, float,
+                  double, int, double, float, long long, double *, int);

@@ -9,3 +9,4 @@ OFFLOAD_KERNEL void histogram(int n, int bins, unsigned *hist, unsigned long lon
   __atomic_fetch_add(&hist[(i * 7u) % (unsigned)bins], 1u, __ATOMIC_RELAXED);
   __atomic_fetch_add(count, 1ull, __ATOMIC_RELAXED);
 }
+OFFLOAD_SIGNATURE(histogram, int, int, unsigned *, unsigned long long *);

@@ -16,3 +16,4 @@ OFFLOAD_KERNEL void ids(unsigned *out) {
     o[9 + d] = offload_grid_dim(d);
   }
 }
+OFFLOAD_SIGNATURE(ids, unsigned *);

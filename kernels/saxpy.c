@@ -6,3 +6,4 @@ OFFLOAD_KERNEL void saxpy(int n, float a, const float *x, float *y) {
   if (i < (unsigned)n)
     y[i] = a * x[i] + y[i];
 }
+OFFLOAD_SIGNATURE(saxpy, int, float, const float *, float *);

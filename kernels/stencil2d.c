@@ -13,3 +13,4 @@ OFFLOAD_KERNEL void stencil2d(int width, int height, const float *in, float *out
   }
   out[i] = 0.2f * (in[i] + in[i - 1] + in[i + 1] + in[i - width] + in[i + width]);
 }
+OFFLOAD_SIGNATURE(stencil2d, int, int, const float *, float *);

@@ -115,7 +115,7 @@ impl DeviceBackend for HostDevice {
     fn kernel(&self, p: &Program, name: &str) -> Result<(HostKernel, Option<Vec<ParamType>>)> {
         let is_function = p.image.symbol(name).map(|s| s.is_function);
         match (is_function, p.symbol(name)) {
-            (Some(true), Some(func)) => Ok((HostKernel { func }, None)),
+            (Some(true), Some(func)) => Ok((HostKernel { func }, p.signature(name)?)),
             (Some(false), _) => Err(Error::NotFound(format!(
                 "kernel '{name}': the image exports '{name}' as data, not a function"
             ))),

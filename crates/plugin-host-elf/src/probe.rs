@@ -60,13 +60,16 @@ pub fn trial_load(fd: BorrowedFd<'_>) -> Result<()> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: runs in the child between fork and exec; fcntl is async-signal-safe. The image's
-    // descriptor (close-on-exec here) stays open in the probe, which is told its number.
+    // SAFETY: runs in the child between fork and exec; fcntl and prctl are async-signal-safe.
+    // The image's descriptor (close-on-exec here) stays open in the probe, which is told its
+    // number.
     unsafe {
         cmd.pre_exec(move || {
             if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // Ends with the thread that waits for it (and so with the process).
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
     }

@@ -8,6 +8,7 @@
 //! an image resident after `dlclose` (e.g. it has `STB_GNU_UNIQUE` symbols), the descriptor is
 //! kept open for the rest of the process so that its number, and so its path, is never reused.
 
+use offload_core::jit::ParamType;
 use offload_core::{ElfImage, Error, Result};
 use std::ffi::{CStr, CString, c_void};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -19,6 +20,11 @@ static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 /// Name of the function-pointer variable the kernel header defines for host builds; the plugin
 /// points it at [`crate::launch::current_context`] when it loads the image.
 pub const CONTEXT_SYMBOL: &CStr = c"__offload_host_context";
+
+/// Prefix of the symbols `OFFLOAD_SIGNATURE` defines.
+pub const SIGNATURE_PREFIX: &str = "__offload_signature_";
+/// Most parameters a signature record may list.
+const MAX_PARAMS: u64 = 255;
 
 /// A shared object loaded by the dynamic loader from a memfd.
 #[derive(Debug)]
@@ -126,6 +132,62 @@ impl Program {
         // SAFETY: the loader's NUL-terminated file name of the containing object.
         let file = unsafe { CStr::from_ptr(info.dli_fname) };
         file == self.path.as_c_str()
+    }
+
+    /// The parameter types `OFFLOAD_SIGNATURE(kernel, ...)` recorded for `kernel`, if the image
+    /// has them (`__offload_signature_<kernel>`: version 1, a count, one code per parameter).
+    pub fn signature(&self, kernel: &str) -> Result<Option<Vec<ParamType>>> {
+        let name = format!("{SIGNATURE_PREFIX}{kernel}");
+        let Some(sym) = self.image.symbol(&name) else {
+            return Ok(None);
+        };
+        let bad = |what: String| Error::InvalidImage(format!("{name}: {what}"));
+        if sym.is_function || !(2..=2 + MAX_PARAMS).contains(&sym.size) {
+            return Err(bad(format!(
+                "not a signature record (a {} of {} bytes)",
+                if sym.is_function {
+                    "function"
+                } else {
+                    "data object"
+                },
+                sym.size
+            )));
+        }
+        let addr = self
+            .symbol(&name)
+            .filter(|a| self.owns(*a))
+            .ok_or_else(|| bad("not found in the loaded image".into()))?;
+        // SAFETY: a data object of the image, `sym.size` bytes long (the structural checks put
+        // it inside a loaded segment), mapped while the program is loaded.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, sym.size as usize) };
+        if bytes[0] != 1 || usize::from(bytes[1]) + 2 != bytes.len() {
+            return Err(bad(format!(
+                "version {} with {} codes in {} bytes; this plugin reads version 1",
+                bytes[0],
+                bytes[1],
+                bytes.len()
+            )));
+        }
+        bytes[2..]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                Ok(match c {
+                    1 => ParamType::I32,
+                    2 => ParamType::I64,
+                    3 => ParamType::F32,
+                    4 => ParamType::F64,
+                    5 => ParamType::Ptr,
+                    6 => ParamType::Other(
+                        "a type offload cannot pass (char, short, long double, ...)".into(),
+                    ),
+                    other => {
+                        return Err(bad(format!("parameter {i} has unknown type code {other}")));
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
     }
 
     /// Address of a symbol defined by this image (not one of its dependencies).

@@ -13,8 +13,9 @@
 //! (genuinely shorter tables of older minor versions, ending at a guard page so that a read
 //! past them faults), `null-entry` (entry returns null), `null-launch` and `null-jit-stats`
 //! (a required entry is null), `panic-entry` (the constructor panics), `init-error` (init
-//! fails), `no-devices` (init reports 0). `OFFLOAD_TESTDEV_DEVICES` sets the device count
-//! (default 2).
+//! fails), `no-devices` (init reports 0), `many-devices` (init reports 2^32 - 1),
+//! `odd-strings` (device names with a newline and a terminal escape). `OFFLOAD_TESTDEV_DEVICES`
+//! sets the device count (default 2).
 
 use offload_core::abi::{AbiHeader, PluginTable, TABLE_SIZE_1_0, TABLE_SIZE_1_1};
 use offload_core::image::{ElfRequirements, ImageKind, elf_type};
@@ -73,6 +74,8 @@ impl Backend for TestBackend {
                 });
             }
             "no-devices" => return Ok(0),
+            // A count no machine has: the runtime must not believe it.
+            "many-devices" => return Ok(u32::MAX as usize),
             _ => {}
         }
         Ok(offload_core::env::u32_in_range(&["OFFLOAD_TESTDEV_DEVICES"], 0, 16, 2)? as usize)
@@ -121,7 +124,12 @@ impl DeviceBackend for TestDevice {
 
     fn info(&self) -> Result<DeviceInfo> {
         Ok(DeviceInfo {
-            name: format!("testdev virtual device {}", self.index),
+            // `odd-strings`: a name that tries to forge a line of `offload info`.
+            name: if mode() == "odd-strings" {
+                format!("testdev {}\nnote: forged line\u{1b}[2J", self.index)
+            } else {
+                format!("testdev virtual device {}", self.index)
+            },
             compute_unit_kind: "test1".into(),
             target_features: "+virtual".into(),
             total_memory: 64 << 20,

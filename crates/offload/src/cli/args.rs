@@ -93,6 +93,16 @@ fn scalar(ty: ScalarType, v: &str) -> Result<KernelArg, String> {
 const TYPES: &str = "i32, u32, i64, u64, f32, f64";
 
 /// `TYPE:V` or `buf:TYPE:LEN[:INIT]`.
+/// `--timeout SECONDS`: a positive number of seconds (decimals allowed), at most a week.
+pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 7.0 * 86400.0 => Ok(std::time::Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "'{s}' is not a number of seconds greater than 0 (and at most 604800)"
+        )),
+    }
+}
+
 pub fn parse_arg_spec(s: &str) -> Result<ArgSpec, String> {
     let (head, rest) = s
         .split_once(':')

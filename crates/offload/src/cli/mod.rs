@@ -71,7 +71,30 @@ enum Command {
     },
 }
 
+/// SIGINT and SIGTERM end the command at once with one line and status 128 + the signal.
+/// Nothing is left behind: images live in memory files that go with the process, and the JIT
+/// worker and trial-load processes are bound to it (they get SIGKILL when it ends).
+fn on_termination_signals() {
+    extern "C" fn handler(sig: libc::c_int) {
+        let msg: &[u8] = if sig == libc::SIGINT {
+            b"offload: interrupted (SIGINT)\n"
+        } else {
+            b"offload: terminated (SIGTERM)\n"
+        };
+        // SAFETY: write and _exit are async-signal-safe.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::_exit(128 + sig);
+        }
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installs an async-signal-safe handler.
+        unsafe { libc::signal(sig, handler as *const () as libc::sighandler_t) };
+    }
+}
+
 pub fn main() -> ExitCode {
+    on_termination_signals();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Stop a launch that runs longer than SECONDS (exit 1; the process ends, which stops the
+    /// device's threads).
+    #[arg(long, value_parser = args::parse_timeout)]
+    timeout: Option<std::time::Duration>,
 }
 
 struct BufferArg {
@@ -116,9 +120,24 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         shared_mem_bytes: 0,
     };
     let t = Instant::now();
+    let watchdog = a.timeout.map(|limit| {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let what = format!("launch of '{}' ({dims}) on {device}", a.kernel);
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
+                super::out::error_line(&format!(
+                    "offload: error: {what} did not finish within {} s (--timeout); stopped",
+                    limit.as_secs_f64()
+                ));
+                std::process::exit(1);
+            }
+        });
+        done
+    });
     program
         .launch(kernel, &dims, &kernel_args)
         .map_err(|e| e.context(format!("launch of '{}' ({dims}) on {device}", a.kernel)))?;
+    drop(watchdog);
     let launch_ms = ms_since(t);
 
     let t = Instant::now();
