@@ -13,11 +13,24 @@
  * offload_thread_id(d), offload_block_id(d), offload_block_dim(d), offload_grid_dim(d) are
  * CUDA's threadIdx, blockIdx, blockDim and gridDim for d = 0, 1, 2 (x, y, z); other d give 0.
  *
- * Host execution model: a launch of grid G and block B calls the kernel once per work item
- * (G*B calls). The IDs come from the worker's context, which the host plugin fills in before
- * each call and hands out through a function pointer it sets when it loads the image; the
- * layout below is a contract with the host plugin. Kernels without barriers give the same
- * results as on a GPU.
+ * offload_barrier() waits until every work item of the block has reached it (CUDA's
+ * __syncthreads); memory written before it by any work item of the block is visible to all
+ * after it. Every work item of a block must reach the same barriers (as on a GPU).
+ *
+ * Block-shared memory: OFFLOAD_SHARED declares a static array shared by the work items of one
+ * block (CUDA's __shared__), inside a kernel or at file scope:
+ *     OFFLOAD_SHARED float tile[16][16];
+ * offload_shared_memory() is the block's dynamic shared memory, sized by the launch
+ * (`offload run --shared-mem BYTES`; CUDA's extern __shared__). Neither is initialised.
+ *
+ * Host execution model: a launch of grid G and block B runs the kernel once per work item
+ * (G*B runs); the work items of a block run on one worker thread, blocks on many. Kernels
+ * compiled by the offload JIT from bitcode become work-group functions (the work items of a
+ * block as a loop the compiler can vectorise); native shared objects are called once per work
+ * item. The IDs come from the worker's context, which the host plugin fills in and hands out
+ * through a function pointer it sets when it loads the image; the layout below is a contract
+ * with the host plugin. A kernel that calls offload_barrier() runs its work items as fibers
+ * that switch at each barrier.
  */
 #ifndef OFFLOAD_KERNEL_H
 #define OFFLOAD_KERNEL_H
@@ -49,6 +62,10 @@ OFFLOAD_DEVICE unsigned offload_grid_dim(int d) {
   return d == 0 ? __nvvm_read_ptx_sreg_nctaid_x() : d == 1 ? __nvvm_read_ptx_sreg_nctaid_y()
          : d == 2 ? __nvvm_read_ptx_sreg_nctaid_z() : 0;
 }
+OFFLOAD_DEVICE void offload_barrier(void) { __syncthreads(); }
+#define OFFLOAD_SHARED static __attribute__((address_space(3), loader_uninitialized))
+extern __attribute__((address_space(3), aligned(16))) char __offload_dynamic_shared[];
+OFFLOAD_DEVICE void *offload_shared_memory(void) { return (void *)__offload_dynamic_shared; }
 
 #elif defined(__AMDGPU__)
 
@@ -74,18 +91,30 @@ OFFLOAD_DEVICE unsigned offload_grid_dim(int d) {
   unsigned block = offload_block_dim(d);
   return block ? (items + block - 1) / block : 0;
 }
+OFFLOAD_DEVICE void offload_barrier(void) {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+#define OFFLOAD_SHARED static __attribute__((address_space(3), loader_uninitialized))
+extern __attribute__((address_space(3), aligned(16))) char __offload_dynamic_shared[];
+OFFLOAD_DEVICE void *offload_shared_memory(void) { return (void *)__offload_dynamic_shared; }
 
 #else /* host CPU */
 
 #define OFFLOAD_KERNEL OFFLOAD_EXTERN_C __attribute__((visibility("default")))
 #define OFFLOAD_DEVICE static inline
 
-/* The worker's current work item; layout is part of the host plugin contract. */
+/* The worker's current work item; layout is part of the host plugin contract (fields are only
+ * ever added at the end). */
 typedef struct offload_host_context {
   unsigned thread_id[3];
   unsigned block_id[3];
   unsigned block_dim[3];
   unsigned grid_dim[3];
+  void *shared;          /* the block's dynamic shared memory */
+  unsigned shared_bytes; /* its size */
+  unsigned reserved;
 } offload_host_context;
 
 /* Set by the host plugin when it loads the image, to a function that returns the calling
@@ -109,6 +138,15 @@ OFFLOAD_DEVICE unsigned offload_block_dim(int d) {
 OFFLOAD_DEVICE unsigned offload_grid_dim(int d) {
   return (unsigned)d < 3u ? __offload_host_context()->grid_dim[d] : 0u;
 }
+
+/* Set by the host plugin when it loads the image, to its barrier (a switch to the block's next
+ * work item). Weak and protected like the context. */
+OFFLOAD_EXTERN_C __attribute__((weak, visibility("protected"))) void (*__offload_host_barrier)(void);
+
+OFFLOAD_DEVICE void offload_barrier(void) { __offload_host_barrier(); }
+OFFLOAD_DEVICE void *offload_shared_memory(void) { return __offload_host_context()->shared; }
+/* Each worker thread runs one block at a time: its thread-local storage is the block's. */
+#define OFFLOAD_SHARED static __thread
 
 #endif
 

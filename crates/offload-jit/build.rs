@@ -5,6 +5,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=cpp/target_info.cpp");
+    println!("cargo:rerun-if-changed=cpp/work_groups.cpp");
     println!("cargo:rerun-if-env-changed=LLVM_CONFIG");
     let llvm_config = std::env::var("LLVM_CONFIG").unwrap_or_else(|_| "llvm-config-19".into());
     let include = Command::new(&llvm_config)
@@ -22,6 +23,7 @@ fn main() {
     cc::Build::new()
         .cpp(true)
         .file("cpp/target_info.cpp")
+        .file("cpp/work_groups.cpp")
         .include(include)
         .flag("-std=c++17")
         .flag("-fno-exceptions")

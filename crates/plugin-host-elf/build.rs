@@ -21,14 +21,14 @@ fn llvm_config(llvm_config: &str, arg: &str) -> String {
 
 fn main() {
     println!("cargo:rerun-if-changed=cpp/host_cpu.cpp");
-    println!("cargo:rerun-if-changed=cpp/guard.c");
+    println!("cargo:rerun-if-changed=cpp/exec.c");
     // The fault guard around kernel calls (C: it jumps out of a signal handler, which must not
     // cross Rust frames).
     cc::Build::new()
-        .file("cpp/guard.c")
+        .file("cpp/exec.c")
         .flag("-std=gnu11")
         .warnings(true)
-        .compile("offload_guard");
+        .compile("offload_host_exec");
     println!("cargo:rerun-if-env-changed=LLVM_CONFIG");
     let config = std::env::var("LLVM_CONFIG").unwrap_or_else(|_| "llvm-config-19".into());
     let include = llvm_config(&config, "--includedir");

@@ -273,8 +273,20 @@ fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
         .collect()
 }
 
-/// Compiles `image` (bitcode or IR) to PTX text or an object file for `target`.
-pub fn compile(image: &[u8], target: &JitTarget, options: &JitOptions) -> Result<CompileOutput> {
+unsafe extern "C" {
+    /// `cpp/work_groups.cpp`: adds `__offload_wg_<kernel>` work-group functions.
+    fn offload_jit_make_work_groups(module: llvm_sys::prelude::LLVMModuleRef) -> i32;
+}
+
+/// Compiles `image` (bitcode or IR) to PTX text or an object file for `target`. With
+/// `work_groups` (images for the host plugin), each kernel also gets a work-group function
+/// (`cpp/work_groups.cpp`) before the module is optimised.
+pub fn compile(
+    image: &[u8],
+    target: &JitTarget,
+    options: &JitOptions,
+    work_groups: bool,
+) -> Result<CompileOutput> {
     initialize_targets();
     let triple = normalize_triple(&target.triple);
     let tm = target_machine(&triple, &target.cpu, &target.features, options.opt_level)?;
@@ -321,6 +333,26 @@ pub fn compile(image: &[u8], target: &JitTarget, options: &JitOptions) -> Result
     module.verify().map_err(|e| {
         Error::CompileFailure(format!("IR verification failed: {}", e.to_string_lossy()))
     })?;
+    if work_groups {
+        if module
+            .get_functions()
+            .any(|f| f.get_name().to_bytes().starts_with(b"__offload_wg_"))
+        {
+            return Err(Error::InvalidImage(
+                "the module defines a function named __offload_wg_*, a name the JIT makes for \
+                 the host's work-group functions"
+                    .into(),
+            ));
+        }
+        // SAFETY: a verified module of this context; the pass keeps it valid.
+        unsafe { offload_jit_make_work_groups(module.as_mut_ptr()) };
+        module.verify().map_err(|e| {
+            Error::CompileFailure(format!(
+                "IR verification failed after making work-group functions: {}",
+                e.to_string_lossy()
+            ))
+        })?;
+    }
     if let Some(out) = &options.pre_opt_ir {
         out.write(module.print_to_string().to_bytes())?;
     }

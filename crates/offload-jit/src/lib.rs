@@ -49,7 +49,13 @@ pub fn host_cpu() -> (String, String) {
 
 /// One compile: code generation for the request's target, then its post-processing step.
 pub fn compile_request(request: &WorkerRequest<'_>) -> Result<CompileOutput> {
-    let generated = compile::compile(request.image, &request.target, &request.options)?;
+    let work_groups = request.post == offload_core::jit::PostProcess::LinkHostSharedObject;
+    let generated = compile::compile(
+        request.image,
+        &request.target,
+        &request.options,
+        work_groups,
+    )?;
     Ok(CompileOutput {
         bytes: postprocess::run(&request.post, generated.bytes, request.options.opt_level)?,
         signatures: generated.signatures,

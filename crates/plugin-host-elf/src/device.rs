@@ -19,6 +19,8 @@ const ALIGN: usize = 256;
 #[derive(Debug)]
 pub struct HostKernel {
     func: *mut c_void,
+    /// The JIT's work-group function for this kernel, if the image has one.
+    work_group: Option<crate::launch::WorkGroupFn>,
 }
 
 // SAFETY: `func` is a code address inside a program that the generic layer keeps loaded while
@@ -113,9 +115,21 @@ impl DeviceBackend for HostDevice {
     }
 
     fn kernel(&self, p: &Program, name: &str) -> Result<(HostKernel, Option<Vec<ParamType>>)> {
+        if name.starts_with("__offload") {
+            return Err(Error::NotFound(format!(
+                "'{name}' is not a kernel: names starting with __offload are reserved for what \
+                 the header and the JIT add to images"
+            )));
+        }
         let is_function = p.image.symbol(name).map(|s| s.is_function);
         match (is_function, p.symbol(name)) {
-            (Some(true), Some(func)) => Ok((HostKernel { func }, p.signature(name)?)),
+            (Some(true), Some(func)) => Ok((
+                HostKernel {
+                    func,
+                    work_group: p.work_group(name),
+                },
+                p.signature(name)?,
+            )),
             (Some(false), _) => Err(Error::NotFound(format!(
                 "kernel '{name}': the image exports '{name}' as data, not a function"
             ))),
@@ -217,8 +231,10 @@ impl DeviceBackend for HostDevice {
                 // keeps loaded until this returns; that its C signature matches `args` is
                 // checked by the layer for JIT images and is the launch contract otherwise (the
                 // same one a GPU driver relies on).
-                let call = unsafe { PreparedCall::new(program.has_context, kernel.func, args) };
-                call.run(&dims, &self.pool).map_err(|f| f.error(name))?;
+                let call = unsafe {
+                    PreparedCall::new(program.has_context, kernel.func, kernel.work_group, args)
+                };
+                call.run(name, &dims, &self.pool)?;
             }
         }
         Ok(())

@@ -1,15 +1,20 @@
-//! Running a kernel on the host: the SPMD loop over work items and the C-ABI call of each.
+//! Running a kernel on the host: blocks spread over the worker pool in chunks, the work items of
+//! each block run by `cpp/exec.c` (direct calls prepared once per launch, fibers for kernels
+//! with barriers, the JIT's work-group functions called once per block, faults caught).
 
 use libffi::middle::{Cif, Type};
-use offload_core::{KernelArg, LaunchDims};
+use offload_core::{Error, KernelArg, LaunchDims, Result};
 use rayon::prelude::*;
+use std::cell::Cell;
 use std::ffi::c_void;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The work-item context `include/offload_kernel.h` reads on the host (`offload_host_context`).
-/// The layout is a contract with the header. One per worker thread, owned by the plugin (which
-/// is never unloaded, so its thread-local storage never moves).
+/// The layout is a contract with the header (fields are only ever added at the end). One per
+/// worker thread, owned by the plugin (which is never unloaded, so it never moves).
 #[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct HostContext {
     /// `offload_thread_id(0..2)`
     pub thread_id: [u32; 3],
@@ -19,267 +24,403 @@ pub struct HostContext {
     pub block_dim: [u32; 3],
     /// `offload_grid_dim(0..2)`
     pub grid_dim: [u32; 3],
+    /// `offload_shared_memory()`: the block's dynamic shared memory.
+    pub shared: *mut c_void,
+    /// Its size.
+    pub shared_bytes: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
 /// Type of the header's `__offload_host_context` variable.
-pub type ContextGetter = extern "C" fn() -> *const HostContext;
+pub type ContextGetter = unsafe extern "C" fn() -> *const HostContext;
+/// Type of the header's `__offload_host_barrier` variable.
+pub type BarrierFn = unsafe extern "C" fn();
+/// A work-group function the JIT made: runs every work item of the block in `ctx`.
+pub type WorkGroupFn = unsafe extern "C" fn(*const u64, *mut HostContext);
 
 thread_local! {
-    static CONTEXT: std::cell::UnsafeCell<HostContext> = const {
-        std::cell::UnsafeCell::new(HostContext {
-            thread_id: [0; 3],
-            block_id: [0; 3],
-            block_dim: [0; 3],
-            grid_dim: [0; 3],
-        })
-    };
+    /// The worker's dynamic shared memory (16-byte units), grown as launches ask.
+    static SHARED: Cell<(*mut u128, usize)> = const { Cell::new((std::ptr::null_mut(), 0)) };
 }
 
-/// The calling worker's context; what loaded images call to read their IDs.
-pub extern "C" fn current_context() -> *const HostContext {
-    CONTEXT.with(|c| c.get() as *const HostContext)
+/// The calling worker's context (in `cpp/exec.c`); what loaded images call to read their IDs.
+pub fn current_context() -> ContextGetter {
+    offload_current_context
 }
 
-/// Storage of one argument value, addressed by libffi.
+/// The plugin's barrier, which images call through `__offload_host_barrier`.
+pub fn barrier() -> BarrierFn {
+    offload_barrier_impl
+}
+
+/// The C side's `struct call`: a kernel call prepared once per launch.
 #[repr(C)]
-#[derive(Clone, Copy)]
-union Slot {
-    i32: i32,
-    u32: u32,
-    i64: i64,
-    u64: u64,
-    f32: f32,
-    f64: f64,
-    ptr: *mut c_void,
-}
-
-/// A kernel call prepared once per launch and made once per work item.
-pub struct PreparedCall {
-    /// Whether the image reads the work-item context (kernels that include the header do).
-    has_context: bool,
+struct Call {
     func: unsafe extern "C" fn(),
-    cif: Cif,
-    slots: Box<[Slot]>,
+    ints: [u64; 8],
+    floats: [u64; 8],
+    stack: [u64; 16],
+    /// Stack slots used; -1: through libffi.
+    nstack: i32,
+    cif: *mut libffi::raw::ffi_cif,
+    argv: *mut *mut c_void,
 }
 
-impl std::fmt::Debug for PreparedCall {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreparedCall")
-            .field("args", &self.slots.len())
-            .finish()
-    }
-}
-
-// SAFETY: after construction nothing mutates the CIF or the slots; `ffi_call` only reads
-// them, so sharing across worker threads is sound. The function pointer stays valid because
-// the generic layer keeps the program loaded until the launch has run.
-unsafe impl Send for PreparedCall {}
-// SAFETY: see `Send`.
-unsafe impl Sync for PreparedCall {}
-
-impl PreparedCall {
-    /// # Safety
-    /// `func` must be a function of a loaded image that stays loaded while the call is used,
-    /// whose C signature matches `args` in number and type, returning `void`.
-    pub unsafe fn new(has_context: bool, func: *mut c_void, args: &[KernelArg]) -> Self {
-        let mut types = Vec::with_capacity(args.len());
-        let mut slots = Vec::with_capacity(args.len());
-        for a in args {
-            let (ty, slot) = match *a {
-                KernelArg::I32(v) => (Type::i32(), Slot { i32: v }),
-                KernelArg::U32(v) => (Type::u32(), Slot { u32: v }),
-                KernelArg::I64(v) => (Type::i64(), Slot { i64: v }),
-                KernelArg::U64(v) => (Type::u64(), Slot { u64: v }),
-                KernelArg::F32(v) => (Type::f32(), Slot { f32: v }),
-                KernelArg::F64(v) => (Type::f64(), Slot { f64: v }),
-                KernelArg::Ptr(p) => (
-                    Type::pointer(),
-                    Slot {
-                        ptr: p.0 as *mut c_void,
-                    },
-                ),
-            };
-            types.push(ty);
-            slots.push(slot);
-        }
-        // SAFETY: `func` is a non-null function address from dlsym (guaranteed by the caller).
-        let func: unsafe extern "C" fn() = unsafe { std::mem::transmute(func) };
-        PreparedCall {
-            has_context,
-            func,
-            cif: Cif::new(types, Type::void()),
-            slots: slots.into_boxed_slice(),
-        }
-    }
-
-    fn arg_pointers(&self) -> Vec<*mut c_void> {
-        self.slots
-            .iter()
-            .map(|s| s as *const Slot as *mut c_void)
-            .collect()
-    }
-
-    /// Runs all work items of one block on the calling thread; a fault of the kernel ends
-    /// the block and is returned.
-    fn run_block(
-        &self,
-        dims: &LaunchDims,
-        block: u64,
-        ctx: Option<*mut HostContext>,
-        argv: &mut [*mut c_void],
-    ) -> Option<Fault> {
-        let [gx, gy, _] = dims.grid.map(u64::from);
-        let block_id = [
-            (block % gx) as u32,
-            ((block / gx) % gy) as u32,
-            (block / (gx * gy)) as u32,
-        ];
-        if let Some(ctx) = ctx {
-            // SAFETY: `ctx` is this thread's own context (a thread-local of the plugin); only
-            // this thread writes it, and the kernel reads it only during the calls below.
-            unsafe {
-                (*ctx).block_id = block_id;
-                (*ctx).block_dim = dims.block;
-                (*ctx).grid_dim = dims.grid;
-            }
-        }
-        let [bx, by, bz] = dims.block;
-        // The C side fills in the leading fields (its `struct fault`).
-        let mut fault = Fault {
-            signal: 0,
-            address: std::ptr::null_mut(),
-            item: [0; 3],
-            block: block_id,
-        };
-        // SAFETY: the CIF matches the function by `new`'s contract, `argv` points at
-        // `self.slots` (one pointer per argument), a void return needs no return buffer, and
-        // `ctx` is this thread's own context; the loop runs in C so that a fault's jump back
-        // crosses no Rust frame.
-        let faulted = unsafe {
-            offload_run_block(
-                self.cif.as_raw_ptr(),
-                self.func,
-                argv.as_mut_ptr(),
-                ctx.unwrap_or(std::ptr::null_mut()),
-                bx,
-                by,
-                bz,
-                &mut fault,
-            )
-        };
-        (faulted != 0).then_some(fault)
-    }
-
-    /// This thread's context, if the image reads one.
-    fn context(&self) -> Option<*mut HostContext> {
-        self.has_context.then(|| CONTEXT.with(|c| c.get()))
-    }
-
-    /// Runs the whole grid: blocks spread over `pool`, or inline when there is one block. A
-    /// fault of the kernel stops the launch (blocks not yet started are skipped) and is
-    /// returned.
-    pub fn run(&self, dims: &LaunchDims, pool: &rayon::ThreadPool) -> Result<(), Fault> {
-        // SAFETY: installs the plugin's fault handler once; no preconditions.
-        if unsafe { offload_guard_install() } != 0 {
-            return Err(Fault {
-                signal: 0,
-                address: std::ptr::null_mut(),
-                item: [0; 3],
-                block: [0; 3],
-            });
-        }
-        let blocks = dims.blocks();
-        if blocks == 1 || pool.current_num_threads() == 1 {
-            let ctx = self.context();
-            let mut argv = self.arg_pointers();
-            for b in 0..blocks {
-                if let Some(f) = self.run_block(dims, b, ctx, &mut argv) {
-                    return Err(f);
-                }
-            }
-            return Ok(());
-        }
-        let first: std::sync::Mutex<Option<Fault>> = std::sync::Mutex::new(None);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        pool.install(|| {
-            (0..blocks).into_par_iter().for_each_init(
-                || (self.context(), self.arg_pointers()),
-                |(ctx, argv), b| {
-                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        return;
-                    }
-                    if let Some(f) = self.run_block(dims, b, *ctx, argv) {
-                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                        first
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(f);
-                    }
-                },
-            );
-        });
-        match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(f) => Err(f),
-            None => Ok(()),
-        }
-    }
-}
-
-/// A fault of a kernel: the signal, the address it touched, and the work item.
+/// The C side's `struct fault`, with the block filled in here.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Fault {
-    /// `SIGSEGV`, `SIGBUS`, `SIGFPE` or `SIGILL` (0: the handler could not be installed).
+    /// `SIGSEGV`, `SIGBUS`, `SIGFPE` or `SIGILL`.
     pub signal: i32,
     /// The faulting address.
     pub address: *mut c_void,
     /// The work item (thread id) that faulted.
     pub item: [u32; 3],
-    /// Its block (filled in on the Rust side).
+    /// Its block.
     pub block: [u32; 3],
 }
 
 // SAFETY: plain data (the address is only printed).
 unsafe impl Send for Fault {}
 
-impl Fault {
-    /// The error a launch that faulted gives.
-    pub fn error(&self, kernel: &str) -> offload_core::Error {
-        let name = match self.signal {
-            libc::SIGSEGV => "SIGSEGV (invalid memory access)",
-            libc::SIGBUS => "SIGBUS (misaligned or unmapped memory)",
-            libc::SIGFPE => "SIGFPE (arithmetic fault, e.g. integer division by zero)",
-            libc::SIGILL => "SIGILL (illegal instruction)",
-            0 => {
-                return offload_core::Error::System(
-                    "cannot install the host plugin's kernel fault handler".into(),
-                );
+/// Why a launch stopped.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Fault(Fault),
+    Divergent([u32; 3]),
+    NoMemory(u64),
+    Guard,
+}
+
+impl Stop {
+    fn error(&self, kernel: &str, dims: &LaunchDims) -> Error {
+        match self {
+            Stop::Fault(f) => {
+                let name = match f.signal {
+                    libc::SIGSEGV => "SIGSEGV (invalid memory access)",
+                    libc::SIGBUS => "SIGBUS (misaligned or unmapped memory)",
+                    libc::SIGFPE => "SIGFPE (arithmetic fault, e.g. integer division by zero)",
+                    libc::SIGILL => "SIGILL (illegal instruction)",
+                    _ => "a fault signal",
+                };
+                Error::DeviceFailure(format!(
+                    "kernel '{kernel}' faulted: {name} at address {:p}, work item ({}, {}, {}) of block ({}, {}, {}); the launch was stopped, and memory it wrote may be partly updated",
+                    f.address, f.item[0], f.item[1], f.item[2], f.block[0], f.block[1], f.block[2]
+                ))
             }
-            _ => "a fault signal",
-        };
-        offload_core::Error::DeviceFailure(format!(
-            "kernel '{kernel}' faulted: {name} at address {:p}, work item ({}, {}, {}) of block ({}, {}, {}); the launch was stopped, and memory it wrote may be partly updated",
-            self.address,
-            self.item[0],
-            self.item[1],
-            self.item[2],
-            self.block[0],
-            self.block[1],
-            self.block[2]
-        ))
+            Stop::Divergent(b) => Error::DeviceFailure(format!(
+                "kernel '{kernel}': in block ({}, {}, {}) some work items reached an offload_barrier() that others did not; every work item of a block must reach the same barriers",
+                b[0], b[1], b[2]
+            )),
+            Stop::NoMemory(bytes) => Error::OutOfMemory(format!(
+                "kernel '{kernel}': {bytes} bytes for the blocks of {} work items (fiber stacks, dynamic shared memory)",
+                dims.block.iter().map(|&b| u64::from(b)).product::<u64>()
+            )),
+            Stop::Guard => {
+                Error::System("cannot install the host plugin's kernel fault handler".into())
+            }
+        }
     }
 }
 
 unsafe extern "C" {
+    fn offload_current_context() -> *const HostContext;
+    fn offload_worker_context() -> *mut HostContext;
     fn offload_guard_install() -> i32;
+    fn offload_int_registers() -> i32;
+    fn offload_barrier_impl();
     fn offload_run_block(
-        cif: *mut libffi::raw::ffi_cif,
-        func: unsafe extern "C" fn(),
-        argv: *mut *mut c_void,
+        call: *const Call,
         ctx: *mut HostContext,
         bx: u32,
         by: u32,
         bz: u32,
+        mode: *const AtomicI32,
         fault: *mut Fault,
     ) -> i32;
+    fn offload_run_block_wg(
+        wg: WorkGroupFn,
+        args: *const u64,
+        ctx: *mut HostContext,
+        fault: *mut Fault,
+    ) -> i32;
+}
+
+/// `offload_run_block`'s results.
+const FAULT: i32 = 1;
+const DIVERGENT: i32 = 2;
+const NO_MEMORY: i32 = 3;
+
+/// Storage of one argument value, addressed by libffi (the fallback).
+#[repr(C)]
+#[derive(Clone, Copy)]
+union Slot {
+    u64: u64,
+    f32: f32,
+    f64: f64,
+}
+
+/// A kernel call prepared once per launch.
+pub struct PreparedCall {
+    /// Whether the image reads the work-item context (kernels that include the header do).
+    has_context: bool,
+    /// The JIT's work-group function for this kernel, if it made one.
+    work_group: Option<WorkGroupFn>,
+    call: Call,
+    /// Every argument's bits, in order (the work-group function's packed arguments).
+    packed: Vec<u64>,
+    /// The libffi fallback's description and values (kept alive for `call`).
+    _cif: Option<Box<Cif>>,
+    _slots: Box<[Slot]>,
+    _argv: Box<[*mut c_void]>,
+}
+
+impl std::fmt::Debug for PreparedCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedCall")
+            .field("args", &self.packed.len())
+            .field("work_group", &self.work_group.is_some())
+            .finish()
+    }
+}
+
+// SAFETY: after construction nothing mutates the call, the CIF or the slots; the C side only
+// reads them, so sharing across worker threads is sound. The function pointers stay valid
+// because the generic layer keeps the program loaded until the launch has run.
+unsafe impl Send for PreparedCall {}
+// SAFETY: see `Send`.
+unsafe impl Sync for PreparedCall {}
+
+impl PreparedCall {
+    /// # Safety
+    /// `func` (and `work_group`, if any) must be functions of a loaded image that stays loaded
+    /// while the call is used; `func`'s C signature must match `args` in number and type,
+    /// returning `void`.
+    pub unsafe fn new(
+        has_context: bool,
+        func: *mut c_void,
+        work_group: Option<WorkGroupFn>,
+        args: &[KernelArg],
+    ) -> Self {
+        // SAFETY: `func` is a non-null function address from dlsym (the caller's contract).
+        let func: unsafe extern "C" fn() = unsafe { std::mem::transmute(func) };
+        let packed: Vec<u64> = args.iter().map(|a| a.to_bits().1).collect();
+        let mut call = Call {
+            func,
+            ints: [0; 8],
+            floats: [0; 8],
+            stack: [0; 16],
+            nstack: 0,
+            cif: std::ptr::null_mut(),
+            argv: std::ptr::null_mut(),
+        };
+        // Registers first (integers and floats each in order), then the stack, in order: the
+        // C calling convention of x86-64 and AArch64 Linux for arguments of these types.
+        // SAFETY: no preconditions.
+        let int_regs = unsafe { offload_int_registers() } as usize;
+        let (mut ni, mut nf, mut ns) = (0usize, 0usize, 0usize);
+        let mut fits = int_regs > 0;
+        for (a, bits) in args.iter().zip(&packed) {
+            let float = matches!(a, KernelArg::F32(_) | KernelArg::F64(_));
+            if float && nf < 8 {
+                call.floats[nf] = *bits;
+                nf += 1;
+            } else if !float && ni < int_regs {
+                call.ints[ni] = *bits;
+                ni += 1;
+            } else if ns < 16 {
+                call.stack[ns] = *bits;
+                ns += 1;
+            } else {
+                fits = false;
+            }
+        }
+        call.nstack = ns as i32;
+        let (cif, slots, argv) = if fits {
+            (None, Box::default(), Box::default())
+        } else {
+            let types: Vec<Type> = args
+                .iter()
+                .map(|a| match a {
+                    KernelArg::I32(_) => Type::i32(),
+                    KernelArg::U32(_) => Type::u32(),
+                    KernelArg::I64(_) => Type::i64(),
+                    KernelArg::U64(_) => Type::u64(),
+                    KernelArg::F32(_) => Type::f32(),
+                    KernelArg::F64(_) => Type::f64(),
+                    KernelArg::Ptr(_) => Type::pointer(),
+                })
+                .collect();
+            let slots: Box<[Slot]> = args
+                .iter()
+                .zip(&packed)
+                .map(|(a, bits)| match a {
+                    KernelArg::F32(v) => Slot { f32: *v },
+                    KernelArg::F64(v) => Slot { f64: *v },
+                    _ => Slot { u64: *bits },
+                })
+                .collect();
+            let cif = Box::new(Cif::new(types, Type::void()));
+            let mut argv: Box<[*mut c_void]> = slots
+                .iter()
+                .map(|s| s as *const Slot as *mut c_void)
+                .collect();
+            call.nstack = -1;
+            call.cif = cif.as_raw_ptr();
+            call.argv = argv.as_mut_ptr();
+            (Some(cif), slots, argv)
+        };
+        PreparedCall {
+            has_context,
+            work_group,
+            call,
+            packed,
+            _cif: cif,
+            _slots: slots,
+            _argv: argv,
+        }
+    }
+
+    /// This worker's context, made ready for `block` of a launch of `dims`.
+    fn context_for(&self, dims: &LaunchDims, block: u64) -> Result<*mut HostContext, Stop> {
+        // SAFETY: no preconditions; the context of the calling thread.
+        let ctx = unsafe { offload_worker_context() };
+        let [gx, gy, _] = dims.grid.map(u64::from);
+        let shared = shared_memory(dims.shared_mem_bytes)?;
+        // SAFETY: this thread's own context; only this thread writes it, and the kernel reads it
+        // only while this thread runs the block.
+        unsafe {
+            (*ctx).block_id = [
+                (block % gx) as u32,
+                ((block / gx) % gy) as u32,
+                (block / (gx * gy)) as u32,
+            ];
+            (*ctx).block_dim = dims.block;
+            (*ctx).grid_dim = dims.grid;
+            (*ctx).thread_id = [0; 3];
+            (*ctx).shared = shared;
+            (*ctx).shared_bytes = dims.shared_mem_bytes;
+        }
+        Ok(ctx)
+    }
+
+    /// Runs the work items of one block on the calling thread.
+    fn run_block(&self, dims: &LaunchDims, block: u64, mode: &AtomicI32) -> Result<(), Stop> {
+        let ctx = self.context_for(dims, block)?;
+        // SAFETY: set just above.
+        let block_id = unsafe { (*ctx).block_id };
+        let mut fault = Fault {
+            signal: 0,
+            address: std::ptr::null_mut(),
+            item: [0; 3],
+            block: block_id,
+        };
+        let [bx, by, bz] = dims.block;
+        // SAFETY: the call is prepared for this kernel and stays valid (see `new`); `ctx` is
+        // this thread's context; the C side writes only `fault`'s leading fields.
+        let r = unsafe {
+            match self.work_group {
+                Some(wg) => offload_run_block_wg(wg, self.packed.as_ptr(), ctx, &mut fault),
+                None => offload_run_block(
+                    &self.call,
+                    if self.has_context {
+                        ctx
+                    } else {
+                        std::ptr::null_mut()
+                    },
+                    bx,
+                    by,
+                    bz,
+                    mode,
+                    &mut fault,
+                ),
+            }
+        };
+        match r {
+            0 => Ok(()),
+            FAULT => Err(Stop::Fault(fault)),
+            DIVERGENT => Err(Stop::Divergent(block_id)),
+            NO_MEMORY => Err(Stop::NoMemory(
+                u64::from(bx) * u64::from(by) * u64::from(bz) * 256 * 1024,
+            )),
+            _ => Err(Stop::Guard),
+        }
+    }
+
+    /// Runs the whole grid: blocks handed to `pool`'s workers in chunks sized to the grid, or
+    /// inline when there is one block. The first fault or barrier error stops the launch
+    /// (blocks not yet started are skipped) and is returned.
+    pub fn run(&self, name: &str, dims: &LaunchDims, pool: &rayon::ThreadPool) -> Result<()> {
+        // SAFETY: installs the plugin's fault handler once; no preconditions.
+        if unsafe { offload_guard_install() } != 0 {
+            return Err(Stop::Guard.error(name, dims));
+        }
+        let blocks = dims.blocks();
+        // Whether the kernel uses barriers, found by the first block (see exec.c).
+        let mode = AtomicI32::new(0);
+        let threads = pool.current_num_threads() as u64;
+        if blocks == 1 || threads == 1 {
+            for b in 0..blocks {
+                self.run_block(dims, b, &mode)
+                    .map_err(|s| s.error(name, dims))?;
+            }
+            return Ok(());
+        }
+        // The first block settles the mode before the others start (so that they do not all
+        // probe); then chunks of about blocks / (8 x workers), at least one block.
+        self.run_block(dims, 0, &mode)
+            .map_err(|s| s.error(name, dims))?;
+        let chunk = (blocks / (threads * 8)).max(1) as usize;
+        let first: Mutex<Option<Stop>> = Mutex::new(None);
+        let stop = AtomicBool::new(false);
+        pool.install(|| {
+            (1..blocks as usize)
+                .into_par_iter()
+                .with_min_len(chunk)
+                .for_each(|b| {
+                    let b = b as u64;
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if let Err(s) = self.run_block(dims, b, &mode) {
+                        stop.store(true, Ordering::Relaxed);
+                        first
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(s);
+                    }
+                });
+        });
+        match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(s) => Err(s.error(name, dims)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// This worker's dynamic shared memory of at least `bytes` (null for 0).
+fn shared_memory(bytes: u32) -> Result<*mut c_void, Stop> {
+    if bytes == 0 {
+        return Ok(std::ptr::null_mut());
+    }
+    let units = (bytes as usize).div_ceil(16);
+    SHARED.with(|s| {
+        let (ptr, len) = s.get();
+        if len >= units {
+            return Ok(ptr.cast());
+        }
+        let mut v: Vec<u128> = Vec::new();
+        v.try_reserve_exact(units)
+            .map_err(|_| Stop::NoMemory(u64::from(bytes)))?;
+        v.resize(units, 0);
+        let new = Box::leak(v.into_boxed_slice());
+        if !ptr.is_null() {
+            // SAFETY: the previous buffer was leaked from a boxed slice of `len` units by this
+            // function on this thread, and no block of this thread runs now.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
+        }
+        s.set((new.as_mut_ptr(), units));
+        Ok(new.as_mut_ptr().cast())
+    })
 }

@@ -21,6 +21,12 @@ static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 /// points it at [`crate::launch::current_context`] when it loads the image.
 pub const CONTEXT_SYMBOL: &CStr = c"__offload_host_context";
 
+/// Name of the barrier function-pointer variable the kernel header defines for host builds.
+pub const BARRIER_SYMBOL: &CStr = c"__offload_host_barrier";
+
+/// Prefix of the work-group functions the JIT makes (`__offload_wg_<kernel>`).
+pub const WORK_GROUP_PREFIX: &str = "__offload_wg_";
+
 /// Prefix of the symbols `OFFLOAD_SIGNATURE` defines.
 pub const SIGNATURE_PREFIX: &str = "__offload_signature_";
 /// Most parameters a signature record may list.
@@ -115,8 +121,17 @@ impl Program {
             // SAFETY: a writable, 8-byte, pointer-aligned variable of this image that holds
             // `const offload_host_context *(*)(void)`; nothing of the image runs concurrently.
             unsafe {
-                (slot as *mut crate::launch::ContextGetter).write(crate::launch::current_context);
+                (slot as *mut crate::launch::ContextGetter).write(crate::launch::current_context());
             }
+        }
+        // The barrier pointer, checked like the context (an image built with an older header
+        // has none, and cannot call it).
+        if let Some(slot) = program
+            .symbol(BARRIER_SYMBOL.to_str().expect("ASCII"))
+            .filter(|p| program.owns(*p))
+        {
+            // SAFETY: as above, for `void (*)(void)`.
+            unsafe { (slot as *mut crate::launch::BarrierFn).write(crate::launch::barrier()) };
         }
         Ok(program)
     }
@@ -190,6 +205,18 @@ impl Program {
             .map(Some)
     }
 
+    /// The work-group function the JIT made for `kernel`, if the image has one.
+    pub fn work_group(&self, kernel: &str) -> Option<crate::launch::WorkGroupFn> {
+        let name = format!("{WORK_GROUP_PREFIX}{kernel}");
+        if !self.image.symbol(&name)?.is_function {
+            return None;
+        }
+        let f = self.symbol(&name).filter(|p| self.owns(*p))?;
+        // SAFETY: a function of this image with the work-group signature (the JIT makes these
+        // names, and refuses to compile modules that define them otherwise).
+        Some(unsafe { std::mem::transmute::<*mut c_void, crate::launch::WorkGroupFn>(f) })
+    }
+
     /// Address of a symbol defined by this image (not one of its dependencies).
     pub fn symbol(&self, name: &str) -> Option<*mut c_void> {
         self.image.symbol(name)?;
@@ -218,13 +245,21 @@ impl Drop for Program {
     }
 }
 
-/// Whether the image defines the kernel header's context variable, and that it is what the
-/// header makes: a writable, pointer-sized, aligned data object of the image itself. Anything
-/// else under that name (a function, a constant, a smaller object) is refused: the plugin writes
-/// a pointer into it.
+/// Whether the image defines the kernel header's context variable (and its barrier variable),
+/// and that each is what the header makes: a writable, pointer-sized, aligned data object of
+/// the image itself. Anything else under those names (a function, a constant, a smaller object)
+/// is refused: the plugin writes a pointer into them.
 pub fn check_context(image: &ElfImage, layout: &offload_core::elf_dyn::Layout) -> Result<bool> {
-    let name = CONTEXT_SYMBOL.to_string_lossy();
-    let Some(s) = image.symbol(&name) else {
+    check_pointer_variable(image, layout, &BARRIER_SYMBOL.to_string_lossy())?;
+    check_pointer_variable(image, layout, &CONTEXT_SYMBOL.to_string_lossy())
+}
+
+fn check_pointer_variable(
+    image: &ElfImage,
+    layout: &offload_core::elf_dyn::Layout,
+    name: &str,
+) -> Result<bool> {
+    let Some(s) = image.symbol(name) else {
         return Ok(false);
     };
     let what = if s.is_function {
@@ -237,7 +272,7 @@ pub fn check_context(image: &ElfImage, layout: &offload_core::elf_dyn::Layout) -
         return Ok(true);
     };
     Err(Error::InvalidImage(format!(
-        "the image defines {name} as {what}; that name belongs to offload_kernel.h's context \
-         pointer (a writable, 8-byte variable the plugin sets): rename it"
+        "the image defines {name} as {what}; that name belongs to a pointer of offload_kernel.h \
+         (a writable, 8-byte variable the plugin sets): rename it"
     )))
 }

@@ -38,6 +38,9 @@ pub struct RunArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Dynamic shared memory per block, in bytes (the kernel's offload_shared_memory()).
+    #[arg(long = "shared-mem", default_value_t = 0)]
+    shared_mem: u32,
     /// Stop a launch that runs longer than SECONDS (exit 1; the process ends, which stops the
     /// device's threads).
     #[arg(long, value_parser = args::parse_timeout)]
@@ -117,7 +120,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     let dims = LaunchDims {
         grid: a.grid,
         block: a.block,
-        shared_mem_bytes: 0,
+        shared_mem_bytes: a.shared_mem,
     };
     let t = Instant::now();
     let watchdog = a.timeout.map(|limit| {
