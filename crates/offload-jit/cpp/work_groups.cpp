@@ -4,11 +4,13 @@
 // For each kernel K (an exported void function whose parameters are i32, i64, float, double or
 // pointers) this adds
 //
-//     void __offload_wg_K(const uint64_t *args, offload_host_context *ctx)
+//     void __offload_wg_K(const uint64_t *args, offload_host_context *ctx,
+//                         uint64_t begin, uint64_t end)
 //
-// which runs every work item of the block described by `ctx`: three nested loops over the
-// work-item IDs, K inlined into the innermost, K's arguments unpacked from `args` (one 8-byte
-// slot each, as the plugin packs them). The kernel header's host accessors read the IDs through
+// which runs every work item of the blocks begin..end (linear block indices, x fastest) of the
+// launch described by `ctx` (its grid, block and shared-memory fields): a loop over the blocks
+// around three nested loops over the work-item IDs, K inlined into the innermost, K's arguments
+// unpacked from `args` (one 8-byte slot each, as the plugin packs them). The kernel header's host accessors read the IDs through
 // `__offload_host_context()`; in the work-group function those calls are replaced by a local
 // copy of the context whose thread IDs are the loop variables, so after SROA the IDs are loop
 // counters, invariant reads leave the loop and the vectoriser sees a plain loop. The inner loop
@@ -77,7 +79,7 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
   std::string name = ("__offload_wg_" + k->getName()).str();
   if (m.getFunction(name))
     return false;
-  FunctionType *wg_type = FunctionType::get(Type::getVoidTy(c), {ptr, ptr}, false);
+  FunctionType *wg_type = FunctionType::get(Type::getVoidTy(c), {ptr, ptr, i64, i64}, false);
   Function *wg = Function::Create(wg_type, GlobalValue::ExternalLinkage, name, m);
   wg->setVisibility(GlobalValue::DefaultVisibility);
   for (const char *attr : {"target-cpu", "target-features", "tune-cpu"})
@@ -86,16 +88,20 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
   wg->addFnAttr(Attribute::NoUnwind);
   Argument *args = wg->getArg(0);
   Argument *block = wg->getArg(1);
+  Argument *begin = wg->getArg(2);
+  Argument *end = wg->getArg(3);
   args->addAttr(Attribute::NoAlias);
   block->addAttr(Attribute::NoAlias);
 
   BasicBlock *entry = BasicBlock::Create(c, "entry", wg);
+  BasicBlock *bbody = BasicBlock::Create(c, "wg.block", wg);
   BasicBlock *zbody = BasicBlock::Create(c, "wi.z", wg);
   BasicBlock *ybody = BasicBlock::Create(c, "wi.y", wg);
   BasicBlock *xbody = BasicBlock::Create(c, "wi.x", wg);
   BasicBlock *ylatch = BasicBlock::Create(c, "wi.y.next", wg);
   BasicBlock *zlatch = BasicBlock::Create(c, "wi.z.next", wg);
-  BasicBlock *exit = BasicBlock::Create(c, "wi.done", wg);
+  BasicBlock *blatch = BasicBlock::Create(c, "wg.block.next", wg);
+  BasicBlock *exit = BasicBlock::Create(c, "wg.done", wg);
 
   IRBuilder<> b(entry);
   AllocaInst *local = b.CreateAlloca(ctx_type, nullptr, "ctx");
@@ -106,6 +112,9 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
   Value *bx = b.CreateLoad(i32, field(b, block, 2, 0), "bx");
   Value *by = b.CreateLoad(i32, field(b, block, 2, 1), "by");
   Value *bz = b.CreateLoad(i32, field(b, block, 2, 2), "bz");
+  Value *gx = b.CreateZExt(b.CreateLoad(i32, field(b, block, 3, 0), "gx"), i64);
+  Value *gy = b.CreateZExt(b.CreateLoad(i32, field(b, block, 3, 1), "gy"), i64);
+  Value *gxy = b.CreateMul(gx, gy, "gxy", true, true);
   std::vector<Value *> values;
   unsigned slot = 0;
   for (Argument &a : k->args()) {
@@ -124,11 +133,20 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
       v = b.CreateIntToPtr(bits, t);
     values.push_back(v);
   }
+  b.CreateBr(bbody);
+
+  // The block: its linear index → its ID, in the local context.
+  b.SetInsertPoint(bbody);
+  PHINode *bl = b.CreatePHI(i64, 2, "block");
+  bl->addIncoming(begin, entry);
+  b.CreateStore(b.CreateTrunc(b.CreateURem(bl, gx), i32), field(b, local, 1, 0));
+  b.CreateStore(b.CreateTrunc(b.CreateURem(b.CreateUDiv(bl, gx), gy), i32), field(b, local, 1, 1));
+  b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, gxy), i32), field(b, local, 1, 2));
   b.CreateBr(zbody);
 
   b.SetInsertPoint(zbody);
   PHINode *z = b.CreatePHI(i32, 2, "z");
-  z->addIncoming(b.getInt32(0), entry);
+  z->addIncoming(b.getInt32(0), bbody);
   b.CreateBr(ybody);
 
   b.SetInsertPoint(ybody);
@@ -155,8 +173,13 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
 
   b.SetInsertPoint(zlatch);
   Value *z1 = b.CreateAdd(z, b.getInt32(1), "z.next", true, true);
-  b.CreateCondBr(b.CreateICmpULT(z1, bz), zbody, exit);
+  b.CreateCondBr(b.CreateICmpULT(z1, bz), zbody, blatch);
   z->addIncoming(z1, zlatch);
+
+  b.SetInsertPoint(blatch);
+  Value *bl1 = b.CreateAdd(bl, b.getInt64(1), "block.next", true, true);
+  b.CreateCondBr(b.CreateICmpULT(bl1, end), bbody, exit);
+  bl->addIncoming(bl1, blatch);
 
   b.SetInsertPoint(exit);
   b.CreateRetVoid();
@@ -237,7 +260,7 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
 
   // The inner loop: parallel (work items are independent between barriers) and vectorisable.
   MDNode *group = MDNode::getDistinct(c, {});
-  std::set<BasicBlock *> outside{entry, zbody, ybody, ylatch, zlatch, exit};
+  std::set<BasicBlock *> outside{entry, bbody, zbody, ybody, ylatch, zlatch, blatch, exit};
   for (BasicBlock &bb : *wg)
     if (!outside.count(&bb))
       for (Instruction &i : bb)

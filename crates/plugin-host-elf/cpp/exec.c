@@ -477,9 +477,10 @@ int offload_run_block(const struct call *call, struct context *ctx, unsigned bx,
   return r;
 }
 
-/* Runs a work-group function (the JIT's) for one block. */
-int offload_run_block_wg(void (*wg)(const uint64_t *, struct context *), const uint64_t *args,
-                         struct context *ctx, struct fault *out) {
+/* Runs a work-group function (the JIT's) for the blocks begin..end. */
+int offload_run_blocks_wg(void (*wg)(const uint64_t *, struct context *, uint64_t, uint64_t),
+                          const uint64_t *args, struct context *ctx, uint64_t begin, uint64_t end,
+                          struct fault *out) {
   sigjmp_buf here;
   if (sigsetjmp(here, 0)) {
     out->signal = fault_signal;
@@ -488,7 +489,7 @@ int offload_run_block_wg(void (*wg)(const uint64_t *, struct context *), const u
     return FAULT;
   }
   guard = &here;
-  wg(args, ctx);
+  wg(args, ctx, begin, end);
   guard = 0;
   return OK;
 }

@@ -36,8 +36,9 @@ pub struct HostContext {
 pub type ContextGetter = unsafe extern "C" fn() -> *const HostContext;
 /// Type of the header's `__offload_host_barrier` variable.
 pub type BarrierFn = unsafe extern "C" fn();
-/// A work-group function the JIT made: runs every work item of the block in `ctx`.
-pub type WorkGroupFn = unsafe extern "C" fn(*const u64, *mut HostContext);
+/// A work-group function the JIT made: runs every work item of the blocks `begin..end` (linear
+/// indices) of the launch in `ctx`.
+pub type WorkGroupFn = unsafe extern "C" fn(*const u64, *mut HostContext, u64, u64);
 
 thread_local! {
     /// The worker's dynamic shared memory (16-byte units), grown as launches ask.
@@ -79,6 +80,9 @@ pub struct Fault {
     pub item: [u32; 3],
     /// Its block.
     pub block: [u32; 3],
+    /// For a work-group function: the linear blocks `range[0]..range[1]` it was running (the
+    /// block is not known); `[0, 0]` otherwise.
+    pub range: [u64; 2],
 }
 
 // SAFETY: plain data (the address is only printed).
@@ -104,9 +108,16 @@ impl Stop {
                     libc::SIGILL => "SIGILL (illegal instruction)",
                     _ => "a fault signal",
                 };
+                let at = match f.range {
+                    [b, e] if e > b => format!("in one of the blocks {b}..{e} (linear indices)"),
+                    _ => format!(
+                        "work item ({}, {}, {}) of block ({}, {}, {})",
+                        f.item[0], f.item[1], f.item[2], f.block[0], f.block[1], f.block[2]
+                    ),
+                };
                 Error::DeviceFailure(format!(
-                    "kernel '{kernel}' faulted: {name} at address {:p}, work item ({}, {}, {}) of block ({}, {}, {}); the launch was stopped, and memory it wrote may be partly updated",
-                    f.address, f.item[0], f.item[1], f.item[2], f.block[0], f.block[1], f.block[2]
+                    "kernel '{kernel}' faulted: {name} at address {:p}, {at}; the launch was stopped, and memory it wrote may be partly updated",
+                    f.address
                 ))
             }
             Stop::Divergent(b) => Error::DeviceFailure(format!(
@@ -139,10 +150,12 @@ unsafe extern "C" {
         mode: *const AtomicI32,
         fault: *mut Fault,
     ) -> i32;
-    fn offload_run_block_wg(
+    fn offload_run_blocks_wg(
         wg: WorkGroupFn,
         args: *const u64,
         ctx: *mut HostContext,
+        begin: u64,
+        end: u64,
         fault: *mut Fault,
     ) -> i32;
 }
@@ -315,28 +328,17 @@ impl PreparedCall {
             address: std::ptr::null_mut(),
             item: [0; 3],
             block: block_id,
+            range: [0, 0],
         };
         let [bx, by, bz] = dims.block;
+        let ctx_arg = if self.has_context {
+            ctx
+        } else {
+            std::ptr::null_mut()
+        };
         // SAFETY: the call is prepared for this kernel and stays valid (see `new`); `ctx` is
         // this thread's context; the C side writes only `fault`'s leading fields.
-        let r = unsafe {
-            match self.work_group {
-                Some(wg) => offload_run_block_wg(wg, self.packed.as_ptr(), ctx, &mut fault),
-                None => offload_run_block(
-                    &self.call,
-                    if self.has_context {
-                        ctx
-                    } else {
-                        std::ptr::null_mut()
-                    },
-                    bx,
-                    by,
-                    bz,
-                    mode,
-                    &mut fault,
-                ),
-            }
-        };
+        let r = unsafe { offload_run_block(&self.call, ctx_arg, bx, by, bz, mode, &mut fault) };
         match r {
             0 => Ok(()),
             FAULT => Err(Stop::Fault(fault)),
@@ -345,6 +347,34 @@ impl PreparedCall {
                 u64::from(bx) * u64::from(by) * u64::from(bz) * 256 * 1024,
             )),
             _ => Err(Stop::Guard),
+        }
+    }
+
+    /// Runs the blocks `begin..end` through the work-group function `wg` on the calling
+    /// thread.
+    fn run_blocks_wg(
+        &self,
+        wg: WorkGroupFn,
+        dims: &LaunchDims,
+        begin: u64,
+        end: u64,
+    ) -> Result<(), Stop> {
+        let ctx = self.context_for(dims, begin)?;
+        let mut fault = Fault {
+            signal: 0,
+            address: std::ptr::null_mut(),
+            item: [0; 3],
+            block: [0; 3],
+            range: [begin, end],
+        };
+        // SAFETY: `wg` is this kernel's work-group function in a loaded image, `packed` holds
+        // one slot per parameter, `ctx` is this thread's context.
+        let r =
+            unsafe { offload_run_blocks_wg(wg, self.packed.as_ptr(), ctx, begin, end, &mut fault) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(Stop::Fault(fault))
         }
     }
 
@@ -357,9 +387,41 @@ impl PreparedCall {
             return Err(Stop::Guard.error(name, dims));
         }
         let blocks = dims.blocks();
+        let threads = pool.current_num_threads() as u64;
+        if let Some(wg) = self.work_group {
+            // Ranges of blocks, one call each: about 8 per worker, at least one block.
+            if blocks == 1 || threads == 1 {
+                return self
+                    .run_blocks_wg(wg, dims, 0, blocks)
+                    .map_err(|s| s.error(name, dims));
+            }
+            let chunk = blocks.div_ceil(threads * 8).max(1);
+            let chunks = blocks.div_ceil(chunk) as usize;
+            let first: Mutex<Option<Stop>> = Mutex::new(None);
+            let stop = AtomicBool::new(false);
+            pool.install(|| {
+                (0..chunks).into_par_iter().for_each(|c| {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let begin = c as u64 * chunk;
+                    let end = (begin + chunk).min(blocks);
+                    if let Err(s) = self.run_blocks_wg(wg, dims, begin, end) {
+                        stop.store(true, Ordering::Relaxed);
+                        first
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(s);
+                    }
+                });
+            });
+            return match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                Some(s) => Err(s.error(name, dims)),
+                None => Ok(()),
+            };
+        }
         // Whether the kernel uses barriers, found by the first block (see exec.c).
         let mode = AtomicI32::new(0);
-        let threads = pool.current_num_threads() as u64;
         if blocks == 1 || threads == 1 {
             for b in 0..blocks {
                 self.run_block(dims, b, &mode)
