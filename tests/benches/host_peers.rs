@@ -305,7 +305,15 @@ fn main() {
         "kernel", "offload.so", "offload.bc", "PoCL", "OpenMP", "bc/PoCL", "bc/OMP", "so/PoCL",
     );
     let mut all_equal = true;
-    for c in cases() {
+    // `cargo bench ... -- WORD...`: only the kernels whose label contains one of the words.
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    for c in cases()
+        .into_iter()
+        .filter(|c| words.is_empty() || words.iter().any(|w| c.label.contains(w.as_str())))
+    {
         let so = offload_run(&rt, &host_kernel(c.kernel), &c);
         let bc = offload_run(&rt, &host_bitcode(c.kernel), &c);
         let p = pocl.as_deref().and_then(|r| peer(r, &c));

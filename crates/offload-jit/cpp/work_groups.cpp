@@ -22,14 +22,21 @@
 // offload_barrier() (its work items need fibers), calls an un-inlinable function that reads an
 // ID, or calls through a pointer.
 #include "llvm/IR/Constants.h"
+#include "llvm/IR/DebugInfo.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Instructions.h"
+#include "llvm/IR/IntrinsicInst.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/MDBuilder.h"
 #include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
 #include "llvm/Transforms/Utils/Cloning.h"
+#include "llvm/Transforms/Utils/Local.h"
+#include "llvm/Transforms/Utils/ValueMapper.h"
 #include "llvm-c/Core.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +44,22 @@
 using namespace llvm;
 
 namespace {
+
+// What the plugin checks before it calls a work-group function (`__offload_wg_abi`).
+constexpr unsigned ABI_VERSION = 2;
+// The region number of "returned" (no more barriers).
+constexpr uint32_t DONE = 0xffffffffu;
+// Limits of the region form: beyond them a kernel keeps the fiber path.
+constexpr size_t MAX_REGIONS = 256;
+constexpr size_t MAX_CLONED_INSTRUCTIONS = 200000;
+constexpr uint64_t MAX_FRAME_ALIGN = 64;
+
+struct Host {
+  Module &m;
+  GlobalVariable *ctx_var;
+  GlobalVariable *barrier_var; // null when the module never calls offload_barrier()
+  StructType *ctx_type;
+};
 
 bool supported_param(const Argument &a) {
   Type *t = a.getType();
@@ -69,52 +92,28 @@ std::set<const Function *> context_users(Module &m, const std::vector<const Glob
   return users;
 }
 
-bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVariable *barrier_var,
-                     StructType *ctx_type) {
+// `void|i64 __offload_wg_K(ptr args, ptr ctx, i64 begin, i64 end, ptr frame)`, empty.
+Function *declare_work_group(Module &m, Function *k) {
   LLVMContext &c = m.getContext();
-  const DataLayout &dl = m.getDataLayout();
-  Type *i32 = Type::getInt32Ty(c);
   Type *i64 = Type::getInt64Ty(c);
   Type *ptr = PointerType::get(c, 0);
-  std::string name = ("__offload_wg_" + k->getName()).str();
-  if (m.getFunction(name))
-    return false;
-  FunctionType *wg_type = FunctionType::get(Type::getVoidTy(c), {ptr, ptr, i64, i64}, false);
-  Function *wg = Function::Create(wg_type, GlobalValue::ExternalLinkage, name, m);
+  FunctionType *type = FunctionType::get(i64, {ptr, ptr, i64, i64, ptr}, false);
+  Function *wg = Function::Create(type, GlobalValue::ExternalLinkage,
+                                  ("__offload_wg_" + k->getName()).str(), m);
   wg->setVisibility(GlobalValue::DefaultVisibility);
   for (const char *attr : {"target-cpu", "target-features", "tune-cpu"})
     if (k->hasFnAttribute(attr))
       wg->addFnAttr(k->getFnAttribute(attr));
   wg->addFnAttr(Attribute::NoUnwind);
-  Argument *args = wg->getArg(0);
-  Argument *block = wg->getArg(1);
-  Argument *begin = wg->getArg(2);
-  Argument *end = wg->getArg(3);
-  args->addAttr(Attribute::NoAlias);
-  block->addAttr(Attribute::NoAlias);
+  for (unsigned i : {0u, 1u, 4u})
+    wg->getArg(i)->addAttr(Attribute::NoAlias);
+  return wg;
+}
 
-  BasicBlock *entry = BasicBlock::Create(c, "entry", wg);
-  BasicBlock *bbody = BasicBlock::Create(c, "wg.block", wg);
-  BasicBlock *zbody = BasicBlock::Create(c, "wi.z", wg);
-  BasicBlock *ybody = BasicBlock::Create(c, "wi.y", wg);
-  BasicBlock *xbody = BasicBlock::Create(c, "wi.x", wg);
-  BasicBlock *ylatch = BasicBlock::Create(c, "wi.y.next", wg);
-  BasicBlock *zlatch = BasicBlock::Create(c, "wi.z.next", wg);
-  BasicBlock *blatch = BasicBlock::Create(c, "wg.block.next", wg);
-  BasicBlock *exit = BasicBlock::Create(c, "wg.done", wg);
-
-  IRBuilder<> b(entry);
-  AllocaInst *local = b.CreateAlloca(ctx_type, nullptr, "ctx");
-  b.CreateMemCpy(local, Align(8), block, Align(8), dl.getTypeAllocSize(ctx_type));
-  auto field = [&](IRBuilder<> &at, Value *base, unsigned f, unsigned d) {
-    return at.CreateInBoundsGEP(ctx_type, base, {at.getInt32(0), at.getInt32(f), at.getInt32(d)});
-  };
-  Value *bx = b.CreateLoad(i32, field(b, block, 2, 0), "bx");
-  Value *by = b.CreateLoad(i32, field(b, block, 2, 1), "by");
-  Value *bz = b.CreateLoad(i32, field(b, block, 2, 2), "bz");
-  Value *gx = b.CreateZExt(b.CreateLoad(i32, field(b, block, 3, 0), "gx"), i64);
-  Value *gy = b.CreateZExt(b.CreateLoad(i32, field(b, block, 3, 1), "gy"), i64);
-  Value *gxy = b.CreateMul(gx, gy, "gxy", true, true);
+// K's arguments, unpacked from the 8-byte slots at `args`.
+std::vector<Value *> unpack_arguments(IRBuilder<> &b, Function *k, Value *args) {
+  Type *i32 = b.getInt32Ty();
+  Type *i64 = b.getInt64Ty();
   std::vector<Value *> values;
   unsigned slot = 0;
   for (Argument &a : k->args()) {
@@ -133,15 +132,152 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
       v = b.CreateIntToPtr(bits, t);
     values.push_back(v);
   }
+  return values;
+}
+
+// Inlines, as far as possible, every call to a function with a body (not `f` itself).
+void inline_callees(Function *f) {
+  for (int round = 0; round < 16; ++round) {
+    std::vector<CallBase *> calls;
+    for (BasicBlock &bb : *f)
+      for (Instruction &i : bb)
+        if (auto *cb = dyn_cast<CallBase>(&i))
+          if (Function *callee = cb->getCalledFunction();
+              callee && !callee->isDeclaration() && callee != f && !callee->isIntrinsic())
+            calls.push_back(cb);
+    if (calls.empty())
+      return;
+    bool inlined = false;
+    for (CallBase *cb : calls) {
+      InlineFunctionInfo info;
+      inlined |= InlineFunction(*cb, info).isSuccess();
+    }
+    if (!inlined)
+      return;
+  }
+}
+
+// Calls through `var` (the header's `__offload_host_context()` or `__offload_host_barrier()`).
+std::vector<CallBase *> calls_through(Function *f, GlobalVariable *var) {
+  std::vector<CallBase *> calls;
+  if (!var)
+    return calls;
+  for (BasicBlock &bb : *f)
+    for (Instruction &i : bb)
+      if (auto *cb = dyn_cast<CallBase>(&i))
+        if (auto *load = dyn_cast<LoadInst>(cb->getCalledOperand());
+            load && load->getPointerOperand() == var)
+          calls.push_back(cb);
+  return calls;
+}
+
+// Loads of `var` nobody uses any more.
+void erase_dead_loads(Function *f, GlobalVariable *var) {
+  std::vector<Instruction *> dead;
+  for (BasicBlock &bb : *f)
+    for (Instruction &i : bb)
+      if (auto *load = dyn_cast<LoadInst>(&i);
+          load && load->getPointerOperand() == var && load->use_empty())
+        dead.push_back(load);
+  for (Instruction *i : dead)
+    i->eraseFromParent();
+}
+
+// `__offload_host_context()` → `with`.
+void replace_context_calls(Function *f, GlobalVariable *ctx_var, Value *with) {
+  for (CallBase *cb : calls_through(f, ctx_var)) {
+    cb->replaceAllUsesWith(with);
+    cb->eraseFromParent();
+  }
+  erase_dead_loads(f, ctx_var);
+}
+
+// Whether `f` still reaches the context or the barrier other than as it should, or calls
+// through a pointer: then it cannot become (part of) a work-group function.
+bool still_reaches_context(Function *f, const Host &h, const std::set<const Function *> &users) {
+  for (BasicBlock &bb : *f)
+    for (Instruction &i : bb) {
+      for (const Value *op : i.operands())
+        if (op == h.ctx_var || (h.barrier_var && op == h.barrier_var))
+          return true;
+      if (auto *cb = dyn_cast<CallBase>(&i)) {
+        const Function *callee = cb->getCalledFunction();
+        if (!callee && !cb->isInlineAsm())
+          return true;
+        if (callee && users.count(callee))
+          return true;
+      }
+    }
+  return false;
+}
+
+// The loop metadata that lets the vectoriser run across work items: the loop is parallel
+// (work items are independent between barriers; a data race between them is undefined on
+// every GPU too) and vectorisable. Memory accesses of `body` join the loop's access group.
+void mark_parallel(LLVMContext &c, const std::vector<BasicBlock *> &body, BranchInst *latch) {
+  MDNode *group = MDNode::getDistinct(c, {});
+  for (BasicBlock *bb : body)
+    for (Instruction &i : *bb)
+      if (i.mayReadOrWriteMemory())
+        i.setMetadata(LLVMContext::MD_access_group, group);
+  MDNode *parallel = MDNode::get(c, {MDString::get(c, "llvm.loop.parallel_accesses"), group});
+  MDNode *vectorize = MDNode::get(
+      c, {MDString::get(c, "llvm.loop.vectorize.enable"),
+          ConstantAsMetadata::get(ConstantInt::getTrue(c))});
+  MDNode *loop = MDNode::getDistinct(c, {nullptr, parallel, vectorize});
+  loop->replaceOperandWith(0, loop);
+  latch->setMetadata(LLVMContext::MD_loop, loop);
+}
+
+Value *field(IRBuilder<> &at, StructType *ctx_type, Value *base, unsigned f, unsigned d) {
+  return at.CreateInBoundsGEP(ctx_type, base, {at.getInt32(0), at.getInt32(f), at.getInt32(d)});
+}
+
+// ---- kernels without barriers: one loop nest, the kernel inlined ---------------------------
+
+bool make_plain_work_group(const Host &h, Function *k) {
+  Module &m = h.m;
+  LLVMContext &c = m.getContext();
+  const DataLayout &dl = m.getDataLayout();
+  StructType *ctx_type = h.ctx_type;
+  Type *i32 = Type::getInt32Ty(c);
+  Type *i64 = Type::getInt64Ty(c);
+  Function *wg = declare_work_group(m, k);
+  Argument *args = wg->getArg(0);
+  Argument *block = wg->getArg(1);
+  Argument *begin = wg->getArg(2);
+  Argument *end = wg->getArg(3);
+
+  BasicBlock *entry = BasicBlock::Create(c, "entry", wg);
+  BasicBlock *bbody = BasicBlock::Create(c, "wg.block", wg);
+  BasicBlock *zbody = BasicBlock::Create(c, "wi.z", wg);
+  BasicBlock *ybody = BasicBlock::Create(c, "wi.y", wg);
+  BasicBlock *xbody = BasicBlock::Create(c, "wi.x", wg);
+  BasicBlock *ylatch = BasicBlock::Create(c, "wi.y.next", wg);
+  BasicBlock *zlatch = BasicBlock::Create(c, "wi.z.next", wg);
+  BasicBlock *blatch = BasicBlock::Create(c, "wg.block.next", wg);
+  BasicBlock *exit = BasicBlock::Create(c, "wg.done", wg);
+
+  IRBuilder<> b(entry);
+  AllocaInst *local = b.CreateAlloca(ctx_type, nullptr, "ctx");
+  b.CreateMemCpy(local, Align(8), block, Align(8), dl.getTypeAllocSize(ctx_type));
+  Value *bx = b.CreateLoad(i32, field(b, ctx_type, block, 2, 0), "bx");
+  Value *by = b.CreateLoad(i32, field(b, ctx_type, block, 2, 1), "by");
+  Value *bz = b.CreateLoad(i32, field(b, ctx_type, block, 2, 2), "bz");
+  Value *gx = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 0), "gx"), i64);
+  Value *gy = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 1), "gy"), i64);
+  Value *gxy = b.CreateMul(gx, gy, "gxy", true, true);
+  std::vector<Value *> values = unpack_arguments(b, k, args);
   b.CreateBr(bbody);
 
   // The block: its linear index → its ID, in the local context.
   b.SetInsertPoint(bbody);
   PHINode *bl = b.CreatePHI(i64, 2, "block");
   bl->addIncoming(begin, entry);
-  b.CreateStore(b.CreateTrunc(b.CreateURem(bl, gx), i32), field(b, local, 1, 0));
-  b.CreateStore(b.CreateTrunc(b.CreateURem(b.CreateUDiv(bl, gx), gy), i32), field(b, local, 1, 1));
-  b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, gxy), i32), field(b, local, 1, 2));
+  b.CreateStore(b.CreateTrunc(b.CreateURem(bl, gx), i32), field(b, ctx_type, local, 1, 0));
+  b.CreateStore(b.CreateTrunc(b.CreateURem(b.CreateUDiv(bl, gx), gy), i32),
+                field(b, ctx_type, local, 1, 1));
+  b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, gxy), i32), field(b, ctx_type, local, 1, 2));
   b.CreateBr(zbody);
 
   b.SetInsertPoint(zbody);
@@ -157,13 +293,13 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
   b.SetInsertPoint(xbody);
   PHINode *x = b.CreatePHI(i32, 2, "x");
   x->addIncoming(b.getInt32(0), ybody);
-  b.CreateStore(x, field(b, local, 0, 0));
-  b.CreateStore(y, field(b, local, 0, 1));
-  b.CreateStore(z, field(b, local, 0, 2));
+  b.CreateStore(x, field(b, ctx_type, local, 0, 0));
+  b.CreateStore(y, field(b, ctx_type, local, 0, 1));
+  b.CreateStore(z, field(b, ctx_type, local, 0, 2));
   CallInst *call = b.CreateCall(k, values);
   call->setCallingConv(k->getCallingConv());
   Value *x1 = b.CreateAdd(x, b.getInt32(1), "x.next", true, true);
-  BranchInst *xback = b.CreateCondBr(b.CreateICmpULT(x1, bx), xbody, ylatch);
+  b.CreateCondBr(b.CreateICmpULT(x1, bx), xbody, ylatch);
   x->addIncoming(x1, xbody);
 
   b.SetInsertPoint(ylatch);
@@ -182,7 +318,7 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
   bl->addIncoming(bl1, blatch);
 
   b.SetInsertPoint(exit);
-  b.CreateRetVoid();
+  b.CreateRet(b.getInt64(0));
 
   // The kernel and, as far as possible, what it calls, inlined into the loop.
   {
@@ -192,97 +328,698 @@ bool make_work_group(Module &m, Function *k, GlobalVariable *ctx_var, GlobalVari
       return false;
     }
   }
-  for (int round = 0; round < 16; ++round) {
-    std::vector<CallBase *> calls;
-    for (BasicBlock &bb : *wg)
-      for (Instruction &i : bb)
-        if (auto *cb = dyn_cast<CallBase>(&i))
-          if (Function *f = cb->getCalledFunction();
-              f && !f->isDeclaration() && f != wg && f != k && !f->isIntrinsic())
-            calls.push_back(cb);
-    if (calls.empty())
-      break;
-    bool inlined = false;
-    for (CallBase *cb : calls) {
-      InlineFunctionInfo info;
-      inlined |= InlineFunction(*cb, info).isSuccess();
-    }
-    if (!inlined)
-      break;
+  inline_callees(wg);
+  replace_context_calls(wg, h.ctx_var, local);
+
+  std::vector<const GlobalValue *> vars{h.ctx_var};
+  if (h.barrier_var)
+    vars.push_back(h.barrier_var);
+  if (still_reaches_context(wg, h, context_users(m, vars))) {
+    wg->eraseFromParent();
+    return false;
   }
 
-  // __offload_host_context() → the local context.
-  std::vector<Instruction *> dead;
-  for (BasicBlock &bb : *wg)
-    for (Instruction &i : bb)
-      if (auto *cb = dyn_cast<CallBase>(&i))
-        if (auto *load = dyn_cast<LoadInst>(cb->getCalledOperand());
-            load && load->getPointerOperand() == ctx_var) {
-          cb->replaceAllUsesWith(local);
-          dead.push_back(cb);
-        }
-  for (Instruction *i : dead)
-    i->eraseFromParent();
-  // The loads of the getter that fed those calls, now unused.
-  dead.clear();
-  for (BasicBlock &bb : *wg)
-    for (Instruction &i : bb)
-      if (auto *load = dyn_cast<LoadInst>(&i);
-          load && load->getPointerOperand() == ctx_var && load->use_empty())
-        dead.push_back(load);
-  for (Instruction *i : dead)
-    i->eraseFromParent();
-
-  // Anything left that reaches the context or the barrier, or an indirect call: not eligible.
-  std::vector<const GlobalValue *> vars{ctx_var};
-  if (barrier_var)
-    vars.push_back(barrier_var);
-  std::set<const Function *> users = context_users(m, vars);
-  for (BasicBlock &bb : *wg)
-    for (Instruction &i : bb) {
-      for (const Value *op : i.operands())
-        if (op == ctx_var || (barrier_var && op == barrier_var)) {
-          wg->eraseFromParent();
-          return false;
-        }
-      if (auto *cb = dyn_cast<CallBase>(&i)) {
-        const Function *f = cb->getCalledFunction();
-        if (!f && !cb->isInlineAsm()) {
-          wg->eraseFromParent();
-          return false;
-        }
-        if (f && users.count(f)) {
-          wg->eraseFromParent();
-          return false;
-        }
-      }
-    }
-
-  // The inner loop: parallel (work items are independent between barriers) and vectorisable.
-  MDNode *group = MDNode::getDistinct(c, {});
+  // The inner loop. Its back edge is now at the end of the inlined body (the branch moved with
+  // the split): the branch that targets `xbody` from inside the loop.
   std::set<BasicBlock *> outside{entry, bbody, zbody, ybody, ylatch, zlatch, blatch, exit};
-  for (BasicBlock &bb : *wg)
-    if (!outside.count(&bb))
-      for (Instruction &i : bb)
-        if (i.mayReadOrWriteMemory())
-          i.setMetadata(LLVMContext::MD_access_group, group);
-  MDNode *parallel = MDNode::get(c, {MDString::get(c, "llvm.loop.parallel_accesses"), group});
-  MDNode *vectorize = MDNode::get(
-      c, {MDString::get(c, "llvm.loop.vectorize.enable"), ConstantAsMetadata::get(b.getTrue())});
-  // The back edge of the inner loop is now at the end of the inlined body (`xback` moved with
-  // the split); find the branch that targets `xbody`.
+  std::vector<BasicBlock *> inner;
   BranchInst *latch = nullptr;
-  for (BasicBlock &bb : *wg)
+  for (BasicBlock &bb : *wg) {
+    if (outside.count(&bb))
+      continue;
+    inner.push_back(&bb);
     if (auto *br = dyn_cast<BranchInst>(bb.getTerminator()))
       for (BasicBlock *succ : br->successors())
-        if (succ == xbody && &bb != ybody)
+        if (succ == xbody)
           latch = br;
-  (void)xback;
-  if (latch) {
-    MDNode *loop = MDNode::getDistinct(c, {nullptr, parallel, vectorize});
-    loop->replaceOperandWith(0, loop);
-    latch->setMetadata(LLVMContext::MD_loop, loop);
   }
+  if (latch)
+    mark_parallel(c, inner, latch);
+  return true;
+}
+
+// ---- kernels with barriers: regions between barriers, one loop nest each ----------------------
+//
+// The kernel K (inlined into a copy, the "body") is cut at each barrier. Region 0 starts at
+// K's entry, region j at the instruction after barrier j; a region is every block reachable
+// from its start without passing a barrier. The work-group function runs, per block, region 0
+// for every work item, then the region all of them stopped before (the same for all, or the
+// block is reported as divergent), and so on until all returned. Each region is a copy of its
+// blocks inside its own loop nest over the work items; a value that one region computes and
+// another (or a later pass through the same one) uses is kept per work item in the frame (see
+// below), as are K's own stack variables. Loops inside a region are cloned with it; barriers
+// inside loops work because the region that ends at a barrier is entered again after it.
+//
+// The frame: per work item, every stack variable of K and every value that crosses a barrier,
+// laid out as arrays over the block's work items (`frame + off * items + item * size`, largest
+// alignment first), `__offload_wgf_K` bytes per work item; the plugin passes one per worker.
+
+struct Region {
+  BasicBlock *root = nullptr;
+  std::vector<BasicBlock *> rpo;
+  std::set<BasicBlock *> in;
+  std::map<BasicBlock *, BasicBlock *> idom;
+  std::map<BasicBlock *, unsigned> post; // postorder numbers
+};
+
+bool region_dominates(const Region &r, BasicBlock *a, BasicBlock *b) {
+  for (;;) {
+    if (a == b)
+      return true;
+    auto it = r.idom.find(b);
+    if (it == r.idom.end() || it->second == b)
+      return false;
+    b = it->second;
+  }
+}
+
+// Blocks reachable from `root` without entering a barrier block, and their dominators in that
+// subgraph (Cooper, Harvey and Kennedy's iteration).
+void build_region(Region &r, const std::map<BasicBlock *, unsigned> &barrier_index) {
+  std::vector<std::pair<BasicBlock *, unsigned>> stack{{r.root, 0}};
+  std::vector<BasicBlock *> postorder;
+  r.in.insert(r.root);
+  while (!stack.empty()) {
+    auto &[bb, next] = stack.back();
+    Instruction *t = bb->getTerminator();
+    if (next < t->getNumSuccessors()) {
+      BasicBlock *s = t->getSuccessor(next++);
+      if (!barrier_index.count(s) && r.in.insert(s).second)
+        stack.push_back({s, 0});
+    } else {
+      r.post[bb] = postorder.size();
+      postorder.push_back(bb);
+      stack.pop_back();
+    }
+  }
+  r.rpo.assign(postorder.rbegin(), postorder.rend());
+  r.idom[r.root] = r.root;
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (BasicBlock *bb : r.rpo) {
+      if (bb == r.root)
+        continue;
+      BasicBlock *best = nullptr;
+      for (BasicBlock *p : predecessors(bb)) {
+        if (!r.in.count(p) || !r.idom.count(p))
+          continue;
+        if (!best) {
+          best = p;
+          continue;
+        }
+        BasicBlock *f1 = p, *f2 = best;
+        while (f1 != f2) {
+          while (r.post.at(f1) < r.post.at(f2))
+            f1 = r.idom.at(f1);
+          while (r.post.at(f2) < r.post.at(f1))
+            f2 = r.idom.at(f2);
+        }
+        best = f1;
+      }
+      if (best && r.idom[bb] != best) {
+        r.idom[bb] = best;
+        changed = true;
+      }
+    }
+  }
+}
+
+// A use of a value that must come from the frame: operand `op` of `user` (for a phi, incoming
+// `op`), in region `region`.
+struct FrameUse {
+  unsigned region;
+  Instruction *user;
+  unsigned op;
+  bool remat; // recomputed at the head of the region's loop instead
+};
+
+struct FrameEntry {
+  Instruction *value; // an alloca, or a value crossing a barrier
+  uint64_t size, align, offset = 0;
+  Value *base = nullptr; // frame + offset * items, in the work-group function
+};
+
+class RegionBuilder {
+public:
+  RegionBuilder(const Host &h, Function *k) : h(h), k(k), m(h.m), c(h.m.getContext()) {}
+  ~RegionBuilder() {
+    if (body)
+      body->eraseFromParent();
+    if (marker)
+      marker->eraseFromParent();
+  }
+  bool run();
+
+private:
+  bool make_body();
+  bool find_regions();
+  bool find_frame();
+  bool build();
+  Value *slot(IRBuilder<> &b, Instruction *v, Value *item);
+  bool rematerializable(Value *v, unsigned &budget);
+  Value *rematerialize(IRBuilder<> &b, Value *v, ValueToValueMapTy &vm,
+                       std::map<Value *, Value *> &done);
+
+  const Host &h;
+  Function *k;
+  Module &m;
+  LLVMContext &c;
+  Function *body = nullptr;
+  Function *marker = nullptr;
+  Function *wg = nullptr;
+  std::vector<BasicBlock *> barrier_block{nullptr}; // [j] for barrier j >= 1
+  std::map<BasicBlock *, unsigned> barrier_index;
+  std::vector<Region> regions;
+  std::vector<AllocaInst *> allocas;
+  std::vector<FrameUse> frame_uses;
+  std::vector<FrameEntry> frame;
+  std::map<Instruction *, size_t> frame_index;
+  std::map<Value *, bool> remat_memo;
+  bool context_read_only = false;
+  uint64_t frame_bytes = 0;
+};
+
+// Whether `v` can be computed again, with the same value, at the head of any region's loop:
+// from K's arguments, the context (which a block does not change; the work item's IDs are set
+// at the head), the address of a thread-local variable (block-shared memory) and pure
+// operations on those. Such values (IDs, indices, addresses in shared memory) are recomputed
+// rather than kept in the frame, so the vectoriser sees them for what they are. `budget` bounds
+// the instructions of one expression.
+bool RegionBuilder::rematerializable(Value *v, unsigned &budget) {
+  if (isa<Argument>(v) || isa<Constant>(v))
+    return true;
+  auto *i = dyn_cast<Instruction>(v);
+  if (!i || isa<AllocaInst>(i))
+    return false;
+  if (auto it = remat_memo.find(v); it != remat_memo.end())
+    return it->second;
+  if (budget == 0)
+    return false;
+  --budget;
+  bool ok = false;
+  if (auto *load = dyn_cast<LoadInst>(i)) {
+    Value *base = load->getPointerOperand()->stripInBoundsOffsets();
+    ok = context_read_only && !load->isVolatile() && !load->isAtomic() &&
+         base == body->getArg(k->arg_size()) &&
+         rematerializable(load->getPointerOperand(), budget);
+  } else if (auto *ii = dyn_cast<IntrinsicInst>(i)) {
+    ok = ii->getIntrinsicID() == Intrinsic::threadlocal_address ||
+         (!ii->mayReadOrWriteMemory() && !ii->mayHaveSideEffects() && !ii->isConvergent() &&
+          ii->willReturn());
+    for (unsigned o = 0; ok && o < ii->arg_size(); ++o)
+      ok = rematerializable(ii->getArgOperand(o), budget);
+  } else if (isa<BinaryOperator>(i) || isa<CastInst>(i) || isa<GetElementPtrInst>(i) ||
+             isa<CmpInst>(i) || isa<SelectInst>(i) || isa<UnaryOperator>(i)) {
+    ok = true;
+    for (Value *op : i->operands())
+      ok = ok && rematerializable(op, budget);
+  }
+  if (ok || budget > 0)
+    remat_memo[v] = ok; // (a verdict cut short by the budget is not remembered)
+  return ok;
+}
+
+// `v` computed again at `b` (the head of a region's loop body).
+Value *RegionBuilder::rematerialize(IRBuilder<> &b, Value *v, ValueToValueMapTy &vm,
+                                    std::map<Value *, Value *> &done) {
+  if (isa<Constant>(v))
+    return v;
+  if (isa<Argument>(v))
+    return vm[v];
+  if (auto it = done.find(v); it != done.end())
+    return it->second;
+  auto *i = cast<Instruction>(v);
+  Instruction *copy = i->clone();
+  for (unsigned o = 0; o < i->getNumOperands(); ++o) {
+    Value *op = i->getOperand(o);
+    if (!isa<Function>(op) && !isa<BasicBlock>(op))
+      copy->setOperand(o, rematerialize(b, op, vm, done));
+  }
+  b.Insert(copy, i->getName());
+  done[v] = copy;
+  return copy;
+}
+
+// The body: K with the context as one more parameter, its callees inlined, its barriers calls
+// to `marker` at the start of their own block.
+bool RegionBuilder::make_body() {
+  Type *ptr = PointerType::get(c, 0);
+  std::vector<Type *> params(k->getFunctionType()->param_begin(),
+                             k->getFunctionType()->param_end());
+  params.push_back(ptr);
+  body = Function::Create(FunctionType::get(Type::getVoidTy(c), params, false),
+                          GlobalValue::InternalLinkage, "__offload_wg_body", m);
+  ValueToValueMapTy vm;
+  for (unsigned i = 0; i < k->arg_size(); ++i)
+    vm[k->getArg(i)] = body->getArg(i);
+  SmallVector<ReturnInst *, 4> returns;
+  CloneFunctionInto(body, k, vm, CloneFunctionChangeType::LocalChangesOnly, returns);
+  inline_callees(body);
+  stripDebugInfo(*body);
+  replace_context_calls(body, h.ctx_var, body->getArg(k->arg_size()));
+  marker = Function::Create(FunctionType::get(Type::getVoidTy(c), false),
+                            GlobalValue::ExternalLinkage, "__offload_wg_barrier", m);
+  std::vector<CallBase *> barriers = calls_through(body, h.barrier_var);
+  if (barriers.empty())
+    return false;
+  std::vector<CallInst *> marks;
+  for (CallBase *cb : barriers) {
+    if (!isa<CallInst>(cb))
+      return false;
+    marks.push_back(CallInst::Create(marker, {}, "", cb->getIterator()));
+    cb->eraseFromParent();
+  }
+  erase_dead_loads(body, h.barrier_var);
+  removeUnreachableBlocks(*body);
+
+  std::vector<const GlobalValue *> vars{h.ctx_var, h.barrier_var};
+  if (still_reaches_context(body, h, context_users(m, vars)))
+    return false;
+  std::vector<Instruction *> lifetimes;
+  for (BasicBlock &bb : *body)
+    for (Instruction &i : bb) {
+      if (isa<InvokeInst>(i) || isa<CallBrInst>(i) || isa<IndirectBrInst>(i))
+        return false;
+      if (auto *a = dyn_cast<AllocaInst>(&i)) {
+        if (!a->isStaticAlloca() || a->getParent() != &body->getEntryBlock())
+          return false;
+        allocas.push_back(a);
+      }
+      if (auto *ii = dyn_cast<IntrinsicInst>(&i)) {
+        if (ii->isLifetimeStartOrEnd())
+          lifetimes.push_back(ii);
+        switch (ii->getIntrinsicID()) {
+        case Intrinsic::stacksave:
+        case Intrinsic::stackrestore:
+        case Intrinsic::localescape:
+        case Intrinsic::vastart:
+          return false;
+        default:
+          break;
+        }
+      }
+      if (auto *cb = dyn_cast<CallBase>(&i))
+        if (cb->hasFnAttr(Attribute::ReturnsTwice))
+          return false;
+    }
+  for (Instruction *i : lifetimes)
+    i->eraseFromParent();
+
+  // Each barrier alone in its block: [phis] ... | barrier | after ...
+  for (CallInst *mk : marks) {
+    BasicBlock *bb = mk->getParent()->splitBasicBlock(mk->getIterator(), "barrier");
+    bb->splitBasicBlock(std::next(mk->getIterator()), "after.barrier");
+    barrier_index[bb] = barrier_block.size();
+    barrier_block.push_back(bb);
+  }
+  return true;
+}
+
+bool RegionBuilder::find_regions() {
+  size_t n = barrier_block.size();
+  if (n > MAX_REGIONS)
+    return false;
+  regions.resize(n);
+  size_t cloned = 0;
+  for (size_t r = 0; r < n; ++r) {
+    regions[r].root = r == 0 ? &body->getEntryBlock()
+                             : barrier_block[r]->getTerminator()->getSuccessor(0);
+    build_region(regions[r], barrier_index);
+    for (BasicBlock *bb : regions[r].rpo)
+      cloned += bb->size();
+  }
+  return cloned <= MAX_CLONED_INSTRUCTIONS;
+}
+
+// Which uses cannot see their value in their region's copy, and the frame layout.
+bool RegionBuilder::find_frame() {
+  std::set<Instruction *> crossing;
+  std::vector<Instruction *> crossing_order;
+  std::set<Value *> is_alloca(allocas.begin(), allocas.end());
+  auto need = [&](Value *v) -> Instruction * {
+    auto *d = dyn_cast<Instruction>(v);
+    if (!d || is_alloca.count(d))
+      return nullptr;
+    return d;
+  };
+  // The context is read-only if nothing but loads (through address arithmetic) reads it.
+  context_read_only = true;
+  {
+    std::vector<Value *> work{body->getArg(k->arg_size())};
+    while (!work.empty() && context_read_only) {
+      Value *p = work.back();
+      work.pop_back();
+      for (User *u : p->users()) {
+        if (auto *gep = dyn_cast<GetElementPtrInst>(u); gep && gep->getPointerOperand() == p)
+          work.push_back(gep);
+        else if (!isa<LoadInst>(u))
+          context_read_only = false;
+      }
+    }
+  }
+  auto note = [&](unsigned r, Instruction *user, unsigned op, Instruction *d) {
+    unsigned budget = 32;
+    bool remat = rematerializable(d, budget);
+    frame_uses.push_back({r, user, op, remat});
+    if (!remat && crossing.insert(d).second)
+      crossing_order.push_back(d);
+  };
+  for (unsigned r = 0; r < regions.size(); ++r) {
+    const Region &g = regions[r];
+    for (BasicBlock *x : g.rpo)
+      for (Instruction &i : *x) {
+        if (auto *phi = dyn_cast<PHINode>(&i)) {
+          for (unsigned o = 0; o < phi->getNumIncomingValues(); ++o) {
+            Instruction *d = need(phi->getIncomingValue(o));
+            if (!d)
+              continue;
+            BasicBlock *p = phi->getIncomingBlock(o);
+            if (g.in.count(p)) {
+              if (!(g.in.count(d->getParent()) && region_dominates(g, d->getParent(), p)))
+                note(r, phi, o, d);
+            } else if (x == g.root && r > 0 && p == barrier_block[r]) {
+              note(r, phi, o, d);
+            }
+          }
+          continue;
+        }
+        for (unsigned o = 0; o < i.getNumOperands(); ++o) {
+          Instruction *d = need(i.getOperand(o));
+          if (!d)
+            continue;
+          BasicBlock *dp = d->getParent();
+          bool seen = g.in.count(dp) &&
+                      (dp == x ? d->comesBefore(&i) : region_dominates(g, dp, x));
+          if (!seen)
+            note(r, &i, o, d);
+        }
+      }
+  }
+  const DataLayout &dl = m.getDataLayout();
+  for (AllocaInst *a : allocas) {
+    std::optional<TypeSize> size = a->getAllocationSize(dl);
+    if (!size || size->isScalable())
+      return false;
+    uint64_t align = a->getAlign().value();
+    frame.push_back({a, alignTo(size->getFixedValue(), align), align});
+  }
+  for (Instruction *d : crossing_order) {
+    Type *t = d->getType();
+    if (t->isTokenTy() || t->isVoidTy() || !t->isSized())
+      return false;
+    TypeSize size = dl.getTypeAllocSize(t);
+    if (size.isScalable())
+      return false;
+    uint64_t align = dl.getABITypeAlign(t).value();
+    frame.push_back({d, alignTo(size.getFixedValue(), align), align});
+  }
+  std::stable_sort(frame.begin(), frame.end(),
+                   [](const FrameEntry &a, const FrameEntry &b) { return a.align > b.align; });
+  for (size_t e = 0; e < frame.size(); ++e) {
+    if (frame[e].align > MAX_FRAME_ALIGN)
+      return false;
+    frame[e].offset = frame_bytes;
+    frame_bytes += frame[e].size;
+    frame_index[frame[e].value] = e;
+  }
+  return true;
+}
+
+// The frame slot of `v` for work item `item`.
+Value *RegionBuilder::slot(IRBuilder<> &b, Instruction *v, Value *item) {
+  const FrameEntry &e = frame[frame_index.at(v)];
+  return b.CreateInBoundsGEP(b.getInt8Ty(), e.base, b.CreateMul(item, b.getInt64(e.size)));
+}
+
+bool RegionBuilder::build() {
+  const DataLayout &dl = m.getDataLayout();
+  StructType *ctx_type = h.ctx_type;
+  Type *i32 = Type::getInt32Ty(c);
+  Type *i64 = Type::getInt64Ty(c);
+  wg = declare_work_group(m, k);
+  Argument *args = wg->getArg(0);
+  Argument *block = wg->getArg(1);
+  Argument *begin = wg->getArg(2);
+  Argument *end = wg->getArg(3);
+  Argument *frame_arg = wg->getArg(4);
+
+  BasicBlock *entry = BasicBlock::Create(c, "entry", wg);
+  BasicBlock *bbody = BasicBlock::Create(c, "wg.block", wg);
+  BasicBlock *dispatch = BasicBlock::Create(c, "wg.region", wg);
+  BasicBlock *blatch = BasicBlock::Create(c, "wg.block.next", wg);
+  BasicBlock *exit = BasicBlock::Create(c, "wg.done", wg);
+  BasicBlock *diverged = BasicBlock::Create(c, "wg.diverged", wg);
+
+  IRBuilder<> b(entry);
+  AllocaInst *local = b.CreateAlloca(ctx_type, nullptr, "ctx");
+  AllocaInst *lowest = b.CreateAlloca(i32, nullptr, "next.min");
+  AllocaInst *highest = b.CreateAlloca(i32, nullptr, "next.max");
+  b.CreateMemCpy(local, Align(8), block, Align(8), dl.getTypeAllocSize(ctx_type));
+  Value *bx = b.CreateLoad(i32, field(b, ctx_type, block, 2, 0), "bx");
+  Value *by = b.CreateLoad(i32, field(b, ctx_type, block, 2, 1), "by");
+  Value *bz = b.CreateLoad(i32, field(b, ctx_type, block, 2, 2), "bz");
+  Value *gx = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 0), "gx"), i64);
+  Value *gy = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 1), "gy"), i64);
+  Value *gxy = b.CreateMul(gx, gy, "gxy", true, true);
+  Value *bx64 = b.CreateZExt(bx, i64);
+  Value *bxy64 = b.CreateMul(bx64, b.CreateZExt(by, i64), "bxy", true, true);
+  Value *items = b.CreateMul(bxy64, b.CreateZExt(bz, i64), "items", true, true);
+  std::vector<Value *> values = unpack_arguments(b, k, args);
+  for (FrameEntry &e : frame)
+    e.base = b.CreateInBoundsGEP(b.getInt8Ty(), frame_arg,
+                                 b.CreateMul(items, b.getInt64(e.offset)), "frame");
+  b.CreateBr(bbody);
+
+  b.SetInsertPoint(bbody);
+  PHINode *bl = b.CreatePHI(i64, 2, "block");
+  bl->addIncoming(begin, entry);
+  b.CreateStore(b.CreateTrunc(b.CreateURem(bl, gx), i32), field(b, ctx_type, local, 1, 0));
+  b.CreateStore(b.CreateTrunc(b.CreateURem(b.CreateUDiv(bl, gx), gy), i32),
+                field(b, ctx_type, local, 1, 1));
+  b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, gxy), i32), field(b, ctx_type, local, 1, 2));
+  b.CreateBr(dispatch);
+
+  b.SetInsertPoint(dispatch);
+  PHINode *state = b.CreatePHI(i32, 1 + regions.size(), "region");
+  state->addIncoming(b.getInt32(0), bbody);
+  SwitchInst *sw = b.CreateSwitch(state, blatch, regions.size());
+
+  b.SetInsertPoint(blatch);
+  Value *bl1 = b.CreateAdd(bl, b.getInt64(1), "block.next", true, true);
+  b.CreateCondBr(b.CreateICmpULT(bl1, end), bbody, exit);
+  bl->addIncoming(bl1, blatch);
+  b.SetInsertPoint(exit);
+  b.CreateRet(b.getInt64(0));
+  b.SetInsertPoint(diverged);
+  b.CreateRet(b.CreateAdd(bl, b.getInt64(1)));
+
+  std::set<Instruction *> crossing;
+  for (const FrameEntry &e : frame)
+    if (!isa<AllocaInst>(e.value))
+      crossing.insert(e.value);
+
+  for (unsigned r = 0; r < regions.size(); ++r) {
+    const Region &g = regions[r];
+    std::string tag = "r" + std::to_string(r);
+    BasicBlock *start = BasicBlock::Create(c, tag + ".start", wg);
+    BasicBlock *zbody = BasicBlock::Create(c, tag + ".z", wg);
+    BasicBlock *ybody = BasicBlock::Create(c, tag + ".y", wg);
+    BasicBlock *xbody = BasicBlock::Create(c, tag + ".x", wg);
+    BasicBlock *latch = BasicBlock::Create(c, tag + ".x.next", wg);
+    BasicBlock *ylatch = BasicBlock::Create(c, tag + ".y.next", wg);
+    BasicBlock *zlatch = BasicBlock::Create(c, tag + ".z.next", wg);
+    BasicBlock *done = BasicBlock::Create(c, tag + ".done", wg);
+    sw->addCase(b.getInt32(r), start);
+
+    b.SetInsertPoint(start);
+    b.CreateStore(b.getInt32(DONE), lowest);
+    b.CreateStore(b.getInt32(0), highest);
+    b.CreateBr(zbody);
+    b.SetInsertPoint(zbody);
+    PHINode *z = b.CreatePHI(i32, 2, "z");
+    z->addIncoming(b.getInt32(0), start);
+    b.CreateBr(ybody);
+    b.SetInsertPoint(ybody);
+    PHINode *y = b.CreatePHI(i32, 2, "y");
+    y->addIncoming(b.getInt32(0), zbody);
+    b.CreateBr(xbody);
+    b.SetInsertPoint(xbody);
+    PHINode *x = b.CreatePHI(i32, 2, "x");
+    x->addIncoming(b.getInt32(0), ybody);
+    b.CreateStore(x, field(b, ctx_type, local, 0, 0));
+    b.CreateStore(y, field(b, ctx_type, local, 0, 1));
+    b.CreateStore(z, field(b, ctx_type, local, 0, 2));
+    Value *row = b.CreateAdd(b.CreateMul(b.CreateZExt(z, i64), b.CreateZExt(by, i64)),
+                             b.CreateZExt(y, i64));
+    Value *item = b.CreateAdd(b.CreateMul(row, bx64), b.CreateZExt(x, i64), "item");
+
+    // The copy of the region's blocks.
+    ValueToValueMapTy vm;
+    for (unsigned i = 0; i < k->arg_size(); ++i)
+      vm[body->getArg(i)] = values[i];
+    vm[body->getArg(k->arg_size())] = local;
+    std::map<BasicBlock *, BasicBlock *> copy;
+    std::vector<BasicBlock *> copies;
+    for (BasicBlock *bb : g.rpo) {
+      BasicBlock *cb = CloneBasicBlock(bb, vm, "." + tag, wg);
+      copy[bb] = cb;
+      copies.push_back(cb);
+      vm[bb] = cb;
+    }
+    // K's stack variables: this work item's part of the frame.
+    for (AllocaInst *a : allocas) {
+      if (auto it = vm.find(a); it != vm.end())
+        cast<Instruction>(it->second)->eraseFromParent();
+      vm[a] = slot(b, a, item);
+    }
+    b.CreateBr(copy.at(g.root));
+
+    // Uses that read the frame, or a value computed again.
+    std::map<Value *, Value *> recomputed;
+    IRBuilder<> head(xbody->getTerminator());
+    for (const FrameUse &u : frame_uses) {
+      if (u.region != r)
+        continue;
+      auto *uc = cast<Instruction>(vm[u.user]);
+      Instruction *d = cast<Instruction>(
+          isa<PHINode>(u.user) ? cast<PHINode>(u.user)->getIncomingValue(u.op)
+                               : u.user->getOperand(u.op));
+      if (u.remat) {
+        Value *again = rematerialize(head, d, vm, recomputed);
+        if (auto *phi = dyn_cast<PHINode>(uc))
+          phi->setIncomingValue(u.op, again);
+        else
+          uc->setOperand(u.op, again);
+        continue;
+      }
+      IRBuilder<> at(c);
+      if (auto *phi = dyn_cast<PHINode>(uc)) {
+        BasicBlock *p = phi->getIncomingBlock(u.op);
+        at.SetInsertPoint(g.in.count(p) ? copy.at(p)->getTerminator() : xbody->getTerminator());
+        phi->setIncomingValue(u.op, at.CreateLoad(d->getType(), slot(at, d, item)));
+      } else {
+        at.SetInsertPoint(uc);
+        uc->setOperand(u.op, at.CreateLoad(d->getType(), slot(at, d, item)));
+      }
+    }
+    // Phis: edges from outside the region go; the edge from the region's barrier comes from
+    // the loop body's head.
+    for (BasicBlock *bb : g.rpo)
+      for (PHINode &phi : copy.at(bb)->phis())
+        for (unsigned o = phi.getNumIncomingValues(); o-- > 0;) {
+          BasicBlock *p = phi.getIncomingBlock(o);
+          if (g.in.count(p))
+            continue;
+          if (bb == g.root && r > 0 && p == barrier_block[r])
+            phi.setIncomingBlock(o, xbody);
+          else
+            phi.removeIncomingValue(o, false);
+        }
+    // Exits: a barrier (the region after it comes next) or a return.
+    b.SetInsertPoint(latch);
+    PHINode *next = b.CreatePHI(i32, 2, "next");
+    std::map<unsigned, BasicBlock *> exits;
+    auto exit_to = [&](unsigned target) {
+      auto [it, fresh] = exits.insert({target, nullptr});
+      if (fresh) {
+        it->second = BasicBlock::Create(
+            c, tag + (target == DONE ? ".return" : ".to.r" + std::to_string(target)), wg);
+        BranchInst::Create(latch, it->second);
+        next->addIncoming(ConstantInt::get(i32, target), it->second);
+      }
+      return it->second;
+    };
+    for (BasicBlock *bb : g.rpo) {
+      Instruction *t = copy.at(bb)->getTerminator();
+      if (isa<ReturnInst>(t)) {
+        BranchInst::Create(exit_to(DONE), t->getIterator());
+        t->eraseFromParent();
+        continue;
+      }
+      for (unsigned s = 0; s < t->getNumSuccessors(); ++s)
+        if (auto it = barrier_index.find(t->getSuccessor(s)); it != barrier_index.end())
+          t->setSuccessor(s, exit_to(it->second));
+    }
+    for (BasicBlock *cb : copies)
+      for (Instruction &i : *cb)
+        RemapInstruction(&i, vm, RF_IgnoreMissingLocals | RF_NoModuleLevelChanges);
+    // Values later regions read: stored to the frame where they are made.
+    for (BasicBlock *bb : g.rpo)
+      for (Instruction &i : *bb) {
+        if (!crossing.count(&i))
+          continue;
+        auto *ic = cast<Instruction>(vm[&i]);
+        IRBuilder<> at(c);
+        if (isa<PHINode>(ic))
+          at.SetInsertPoint(ic->getParent(), ic->getParent()->getFirstInsertionPt());
+        else
+          at.SetInsertPoint(ic->getNextNode());
+        at.CreateStore(ic, slot(at, &i, item));
+      }
+    // Nothing of the body may be left.
+    for (BasicBlock *cb : copies)
+      for (Instruction &i : *cb)
+        for (Value *op : i.operands()) {
+          if (auto *oi = dyn_cast<Instruction>(op); oi && oi->getFunction() != wg)
+            return false;
+          if (auto *ob = dyn_cast<BasicBlock>(op); ob && ob->getParent() != wg)
+            return false;
+          if (auto *oa = dyn_cast<Argument>(op); oa && oa->getParent() != wg)
+            return false;
+        }
+
+    // The latch: this work item's next region folded into the block's lowest and highest.
+    b.SetInsertPoint(latch);
+    if (next->getNumIncomingValues() == 0) {
+      // The region never ends (every path is unreachable): nothing continues.
+      next->eraseFromParent();
+      b.CreateUnreachable();
+    } else {
+      Value *lo = b.CreateBinaryIntrinsic(Intrinsic::umin, b.CreateLoad(i32, lowest), next);
+      Value *hi = b.CreateBinaryIntrinsic(Intrinsic::umax, b.CreateLoad(i32, highest), next);
+      b.CreateStore(lo, lowest);
+      b.CreateStore(hi, highest);
+      Value *x1 = b.CreateAdd(x, b.getInt32(1), "x.next", true, true);
+      BranchInst *back = b.CreateCondBr(b.CreateICmpULT(x1, bx), xbody, ylatch);
+      x->addIncoming(x1, latch);
+      std::vector<BasicBlock *> loop_body{xbody};
+      loop_body.insert(loop_body.end(), copies.begin(), copies.end());
+      for (auto &[target, bb] : exits)
+        loop_body.push_back(bb);
+      mark_parallel(c, loop_body, back);
+    }
+    b.SetInsertPoint(ylatch);
+    Value *y1 = b.CreateAdd(y, b.getInt32(1), "y.next", true, true);
+    b.CreateCondBr(b.CreateICmpULT(y1, by), ybody, zlatch);
+    y->addIncoming(y1, ylatch);
+    b.SetInsertPoint(zlatch);
+    Value *z1 = b.CreateAdd(z, b.getInt32(1), "z.next", true, true);
+    b.CreateCondBr(b.CreateICmpULT(z1, bz), zbody, done);
+    z->addIncoming(z1, zlatch);
+    b.SetInsertPoint(done);
+    Value *lo = b.CreateLoad(i32, lowest);
+    Value *hi = b.CreateLoad(i32, highest);
+    b.CreateCondBr(b.CreateICmpEQ(lo, hi), dispatch, diverged);
+    state->addIncoming(lo, done);
+  }
+  // Blocks of regions no work item can leave (an unreachable latch) are dropped by the
+  // optimiser; the function must verify now.
+  return !verifyFunction(*wg, nullptr);
+}
+
+bool RegionBuilder::run() {
+  if (!make_body() || !find_regions() || !find_frame())
+    return false;
+  if (!build()) {
+    if (wg)
+      wg->eraseFromParent();
+    return false;
+  }
+  auto *bytes = ConstantInt::get(Type::getInt64Ty(c), frame_bytes);
+  auto *g = new GlobalVariable(m, bytes->getType(), true, GlobalValue::ExternalLinkage, bytes,
+                               ("__offload_wgf_" + k->getName()).str());
+  g->setVisibility(GlobalValue::DefaultVisibility);
   return true;
 }
 
@@ -294,12 +1031,11 @@ extern "C" int offload_jit_make_work_groups(LLVMModuleRef module_ref) {
   GlobalVariable *ctx_var = m.getNamedGlobal("__offload_host_context");
   if (!ctx_var)
     return 0;
-  GlobalVariable *barrier_var = m.getNamedGlobal("__offload_host_barrier");
   LLVMContext &c = m.getContext();
   Type *i32 = Type::getInt32Ty(c);
   ArrayType *a3 = ArrayType::get(i32, 3);
-  StructType *ctx_type =
-      StructType::get(c, {a3, a3, a3, a3, PointerType::get(c, 0), i32, i32});
+  Host h{m, ctx_var, m.getNamedGlobal("__offload_host_barrier"),
+         StructType::get(c, {a3, a3, a3, a3, PointerType::get(c, 0), i32, i32})};
   std::vector<Function *> kernels;
   for (Function &f : m) {
     if (f.isDeclaration() || f.hasLocalLinkage() ||
@@ -312,8 +1048,19 @@ extern "C" int offload_jit_make_work_groups(LLVMModuleRef module_ref) {
     if (ok)
       kernels.push_back(&f);
   }
+  std::set<const Function *> barrier_users;
+  if (h.barrier_var)
+    barrier_users = context_users(m, {h.barrier_var});
   int made = 0;
-  for (Function *k : kernels)
-    made += make_work_group(m, k, ctx_var, barrier_var, ctx_type) ? 1 : 0;
+  for (Function *k : kernels) {
+    bool ok = barrier_users.count(k) ? RegionBuilder(h, k).run() : make_plain_work_group(h, k);
+    made += ok ? 1 : 0;
+  }
+  if (made > 0) {
+    auto *abi = ConstantInt::get(i32, ABI_VERSION);
+    auto *g = new GlobalVariable(m, i32, true, GlobalValue::ExternalLinkage, abi,
+                                 "__offload_wg_abi");
+    g->setVisibility(GlobalValue::DefaultVisibility);
+  }
   return made;
 }

@@ -334,15 +334,21 @@ pub fn compile(
         Error::CompileFailure(format!("IR verification failed: {}", e.to_string_lossy()))
     })?;
     if work_groups {
-        if module
+        let reserved = |name: &std::ffi::CStr| name.to_bytes().starts_with(b"__offload_wg");
+        if let Some(name) = module
             .get_functions()
-            .any(|f| f.get_name().to_bytes().starts_with(b"__offload_wg_"))
+            .map(|f| f.get_name().to_owned())
+            .chain(module.get_globals().map(|g| g.get_name().to_owned()))
+            .find(|n| reserved(n))
         {
-            return Err(Error::InvalidImage(
-                "the module defines a function named __offload_wg_*, a name the JIT makes for \
-                 the host's work-group functions"
-                    .into(),
-            ));
+            return Err(Error::InvalidImage(format!(
+                "the module defines '{}': names starting with __offload_wg are what the JIT \
+                 makes for the host's work-group functions",
+                offload_core::text::bounded(
+                    &offload_core::text::printable(&name.to_string_lossy()),
+                    200
+                )
+            )));
         }
         // SAFETY: a verified module of this context; the pass keeps it valid.
         unsafe { offload_jit_make_work_groups(module.as_mut_ptr()) };

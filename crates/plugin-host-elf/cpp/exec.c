@@ -477,10 +477,12 @@ int offload_run_block(const struct call *call, struct context *ctx, unsigned bx,
   return r;
 }
 
-/* Runs a work-group function (the JIT's) for the blocks begin..end. */
-int offload_run_blocks_wg(void (*wg)(const uint64_t *, struct context *, uint64_t, uint64_t),
+/* Runs a work-group function (the JIT's) for the blocks begin..end. Returns OK, FAULT (with
+ * `out`) or DIVERGENT (with the linear index of the block in `diverged`). */
+int offload_run_blocks_wg(uint64_t (*wg)(const uint64_t *, struct context *, uint64_t, uint64_t,
+                                         void *),
                           const uint64_t *args, struct context *ctx, uint64_t begin, uint64_t end,
-                          struct fault *out) {
+                          void *frame, struct fault *out, uint64_t *diverged) {
   sigjmp_buf here;
   if (sigsetjmp(here, 0)) {
     out->signal = fault_signal;
@@ -489,7 +491,11 @@ int offload_run_blocks_wg(void (*wg)(const uint64_t *, struct context *, uint64_
     return FAULT;
   }
   guard = &here;
-  wg(args, ctx, begin, end);
+  uint64_t r = wg(args, ctx, begin, end, frame);
   guard = 0;
+  if (r) {
+    *diverged = r - 1;
+    return DIVERGENT;
+  }
   return OK;
 }

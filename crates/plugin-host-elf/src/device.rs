@@ -20,7 +20,7 @@ const ALIGN: usize = 256;
 pub struct HostKernel {
     func: *mut c_void,
     /// The JIT's work-group function for this kernel, if the image has one.
-    work_group: Option<crate::launch::WorkGroupFn>,
+    work_group: Option<crate::launch::WorkGroup>,
 }
 
 // SAFETY: `func` is a code address inside a program that the generic layer keeps loaded while

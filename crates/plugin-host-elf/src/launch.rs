@@ -36,13 +36,32 @@ pub struct HostContext {
 pub type ContextGetter = unsafe extern "C" fn() -> *const HostContext;
 /// Type of the header's `__offload_host_barrier` variable.
 pub type BarrierFn = unsafe extern "C" fn();
-/// A work-group function the JIT made: runs every work item of the blocks `begin..end` (linear
-/// indices) of the launch in `ctx`.
-pub type WorkGroupFn = unsafe extern "C" fn(*const u64, *mut HostContext, u64, u64);
+/// A work-group function the JIT made (`cpp/work_groups.cpp` in offload-jit): runs every work
+/// item of the blocks `begin..end` (linear indices) of the launch in `ctx`, with the packed
+/// arguments and `frame` (the per-work-item frame of the block's work items). Returns 0, or
+/// 1 + the linear index of a block whose work items reached different barriers.
+pub type WorkGroupFn =
+    unsafe extern "C" fn(*const u64, *mut HostContext, u64, u64, *mut c_void) -> u64;
+
+/// A kernel's work-group function and the frame bytes it needs per work item.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkGroup {
+    pub func: WorkGroupFn,
+    pub frame_bytes: u64,
+}
+
+/// A cache line: the unit of the workers' buffers (so they are 64-byte aligned).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+type Buffer = Cell<(*mut Line, usize)>;
 
 thread_local! {
-    /// The worker's dynamic shared memory (16-byte units), grown as launches ask.
-    static SHARED: Cell<(*mut u128, usize)> = const { Cell::new((std::ptr::null_mut(), 0)) };
+    /// The worker's dynamic shared memory, grown as launches ask.
+    static SHARED: Buffer = const { Cell::new((std::ptr::null_mut(), 0)) };
+    /// The worker's work-item frames (for work-group functions of kernels with barriers).
+    static FRAME: Buffer = const { Cell::new((std::ptr::null_mut(), 0)) };
 }
 
 /// The calling worker's context (in `cpp/exec.c`); what loaded images call to read their IDs.
@@ -125,7 +144,7 @@ impl Stop {
                 b[0], b[1], b[2]
             )),
             Stop::NoMemory(bytes) => Error::OutOfMemory(format!(
-                "kernel '{kernel}': {bytes} bytes for the blocks of {} work items (fiber stacks, dynamic shared memory)",
+                "kernel '{kernel}': {bytes} bytes for the blocks of {} work items (fiber stacks, dynamic shared memory, work-item frames)",
                 dims.block.iter().map(|&b| u64::from(b)).product::<u64>()
             )),
             Stop::Guard => {
@@ -156,7 +175,9 @@ unsafe extern "C" {
         ctx: *mut HostContext,
         begin: u64,
         end: u64,
+        frame: *mut c_void,
         fault: *mut Fault,
+        diverged: *mut u64,
     ) -> i32;
 }
 
@@ -179,7 +200,7 @@ pub struct PreparedCall {
     /// Whether the image reads the work-item context (kernels that include the header do).
     has_context: bool,
     /// The JIT's work-group function for this kernel, if it made one.
-    work_group: Option<WorkGroupFn>,
+    work_group: Option<WorkGroup>,
     call: Call,
     /// Every argument's bits, in order (the work-group function's packed arguments).
     packed: Vec<u64>,
@@ -213,7 +234,7 @@ impl PreparedCall {
     pub unsafe fn new(
         has_context: bool,
         func: *mut c_void,
-        work_group: Option<WorkGroupFn>,
+        work_group: Option<WorkGroup>,
         args: &[KernelArg],
     ) -> Self {
         // SAFETY: `func` is a non-null function address from dlsym (the caller's contract).
@@ -354,12 +375,23 @@ impl PreparedCall {
     /// thread.
     fn run_blocks_wg(
         &self,
-        wg: WorkGroupFn,
+        wg: WorkGroup,
         dims: &LaunchDims,
         begin: u64,
         end: u64,
     ) -> Result<(), Stop> {
         let ctx = self.context_for(dims, begin)?;
+        let frame = if wg.frame_bytes == 0 {
+            std::ptr::null_mut()
+        } else {
+            let items = dims.block.iter().map(|&b| u64::from(b)).product::<u64>();
+            let bytes = wg
+                .frame_bytes
+                .checked_mul(items)
+                .ok_or(Stop::NoMemory(u64::MAX))?;
+            worker_buffer(&FRAME, bytes)?
+        };
+        let mut diverged = 0u64;
         let mut fault = Fault {
             signal: 0,
             address: std::ptr::null_mut(),
@@ -368,13 +400,31 @@ impl PreparedCall {
             range: [begin, end],
         };
         // SAFETY: `wg` is this kernel's work-group function in a loaded image, `packed` holds
-        // one slot per parameter, `ctx` is this thread's context.
-        let r =
-            unsafe { offload_run_blocks_wg(wg, self.packed.as_ptr(), ctx, begin, end, &mut fault) };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(Stop::Fault(fault))
+        // one slot per parameter, `ctx` is this thread's context, `frame` holds `frame_bytes`
+        // for each work item of a block.
+        let r = unsafe {
+            offload_run_blocks_wg(
+                wg.func,
+                self.packed.as_ptr(),
+                ctx,
+                begin,
+                end,
+                frame,
+                &mut fault,
+                &mut diverged,
+            )
+        };
+        match r {
+            0 => Ok(()),
+            DIVERGENT => {
+                let [gx, gy, _] = dims.grid.map(u64::from);
+                Err(Stop::Divergent([
+                    (diverged % gx) as u32,
+                    ((diverged / gx) % gy) as u32,
+                    (diverged / (gx * gy)) as u32,
+                ]))
+            }
+            _ => Err(Stop::Fault(fault)),
         }
     }
 
@@ -466,16 +516,30 @@ fn shared_memory(bytes: u32) -> Result<*mut c_void, Stop> {
     if bytes == 0 {
         return Ok(std::ptr::null_mut());
     }
-    let units = (bytes as usize).div_ceil(16);
-    SHARED.with(|s| {
+    worker_buffer(&SHARED, u64::from(bytes))
+}
+
+/// This worker's buffer `key`, grown to at least `bytes` (64-byte aligned, zeroed when grown).
+/// More than a quarter of the machine's memory per worker is refused (overcommit would grant
+/// it on paper and end the process when it is written).
+fn worker_buffer(
+    key: &'static std::thread::LocalKey<Buffer>,
+    bytes: u64,
+) -> Result<*mut c_void, Stop> {
+    let physical = offload_core::fs::physical_memory();
+    if physical > 0 && bytes > physical / 4 {
+        return Err(Stop::NoMemory(bytes));
+    }
+    let units = usize::try_from(bytes.div_ceil(64)).map_err(|_| Stop::NoMemory(bytes))?;
+    key.with(|s| {
         let (ptr, len) = s.get();
         if len >= units {
             return Ok(ptr.cast());
         }
-        let mut v: Vec<u128> = Vec::new();
+        let mut v: Vec<Line> = Vec::new();
         v.try_reserve_exact(units)
-            .map_err(|_| Stop::NoMemory(u64::from(bytes)))?;
-        v.resize(units, 0);
+            .map_err(|_| Stop::NoMemory(bytes))?;
+        v.resize(units, Line([0; 64]));
         let new = Box::leak(v.into_boxed_slice());
         if !ptr.is_null() {
             // SAFETY: the previous buffer was leaked from a boxed slice of `len` units by this

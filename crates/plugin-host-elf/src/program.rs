@@ -26,6 +26,11 @@ pub const BARRIER_SYMBOL: &CStr = c"__offload_host_barrier";
 
 /// Prefix of the work-group functions the JIT makes (`__offload_wg_<kernel>`).
 pub const WORK_GROUP_PREFIX: &str = "__offload_wg_";
+/// Prefix of their per-work-item frame sizes (`__offload_wgf_<kernel>`, a 64-bit constant).
+pub const WORK_GROUP_FRAME_PREFIX: &str = "__offload_wgf_";
+/// The JIT's version of the work-group calling convention (`__offload_wg_abi`, a 32-bit
+/// constant). Images with another version (or none) run their kernels one work item at a time.
+pub const WORK_GROUP_ABI: (&str, u32) = ("__offload_wg_abi", 2);
 
 /// Prefix of the symbols `OFFLOAD_SIGNATURE` defines.
 pub const SIGNATURE_PREFIX: &str = "__offload_signature_";
@@ -205,16 +210,45 @@ impl Program {
             .map(Some)
     }
 
-    /// The work-group function the JIT made for `kernel`, if the image has one.
-    pub fn work_group(&self, kernel: &str) -> Option<crate::launch::WorkGroupFn> {
+    /// The work-group function the JIT made for `kernel`, if the image has one with this
+    /// plugin's calling convention.
+    pub fn work_group(&self, kernel: &str) -> Option<crate::launch::WorkGroup> {
+        let (abi_name, abi) = WORK_GROUP_ABI;
+        let version = self.constant(abi_name, 4)?;
+        if version as u32 != abi {
+            return None;
+        }
         let name = format!("{WORK_GROUP_PREFIX}{kernel}");
         if !self.image.symbol(&name)?.is_function {
             return None;
         }
         let f = self.symbol(&name).filter(|p| self.owns(*p))?;
-        // SAFETY: a function of this image with the work-group signature (the JIT makes these
-        // names, and refuses to compile modules that define them otherwise).
-        Some(unsafe { std::mem::transmute::<*mut c_void, crate::launch::WorkGroupFn>(f) })
+        let frame_bytes = self
+            .constant(&format!("{WORK_GROUP_FRAME_PREFIX}{kernel}"), 8)
+            .unwrap_or(0);
+        Some(crate::launch::WorkGroup {
+            // SAFETY: a function of this image with the work-group signature of version `abi`
+            // (the JIT makes these names, and refuses to compile modules that define them).
+            func: unsafe { std::mem::transmute::<*mut c_void, crate::launch::WorkGroupFn>(f) },
+            frame_bytes,
+        })
+    }
+
+    /// The value of a 4- or 8-byte data symbol of this image.
+    fn constant(&self, name: &str, bytes: u64) -> Option<u64> {
+        let sym = self.image.symbol(name)?;
+        if sym.is_function || sym.size != bytes {
+            return None;
+        }
+        let p = self.symbol(name).filter(|p| self.owns(*p))?;
+        // SAFETY: a data symbol of this loaded image, `bytes` long (its ELF size), mapped.
+        Some(unsafe {
+            if bytes == 4 {
+                u64::from(p.cast::<u32>().read_unaligned())
+            } else {
+                p.cast::<u64>().read_unaligned()
+            }
+        })
     }
 
     /// Address of a symbol defined by this image (not one of its dependencies).
