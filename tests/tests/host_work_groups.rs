@@ -433,6 +433,36 @@ fn divergent_barriers_faults_in_fibers_and_oversized_blocks_are_errors() {
 }
 
 #[test]
+fn blocks_may_differ_in_whether_they_reach_barriers() {
+    // A condition the same for every work item of a block may skip barriers in some blocks
+    // (legal on a GPU): odd blocks reverse their items through shared memory, even blocks
+    // copy. Block 0 reaching no barrier must not decide for the others.
+    let (so, bc) = kernel_from(
+        "someblocks",
+        "#include \"offload_kernel.h\"\nOFFLOAD_KERNEL void k(const int *in, int *out) {\n  OFFLOAD_SHARED int s[256];\n  unsigned t = offload_thread_id(0), B = offload_block_dim(0), b = offload_block_id(0);\n  int v = in[b * B + t];\n  if (b % 2 == 1) {\n    s[t] = v;\n    offload_barrier();\n    v = s[B - 1 - t];\n  }\n  out[b * B + t] = v;\n}\n",
+    );
+    for (image, tag) in [(&so, "so"), (&bc, "bc")] {
+        let out = run(
+            image,
+            "k",
+            "6",
+            "64",
+            0,
+            &["buf:i32:384:iota".into(), "buf:i32:384".into()],
+            &format!("someblocks-{tag}"),
+        );
+        let got = i32s(&out[1]);
+        let want: Vec<i32> = (0..384)
+            .map(|i| {
+                let (b, t) = (i / 64, i % 64);
+                if b % 2 == 1 { b * 64 + 63 - t } else { i }
+            })
+            .collect();
+        assert_eq!(got, want, "{tag}");
+    }
+}
+
+#[test]
 fn barrier_and_shared_memory_kernels_compile_for_nvptx64_and_amdgcn() {
     for kernel in ["reduce", "scan", "matmul_tiled"] {
         let ptx = nvptx_jit(

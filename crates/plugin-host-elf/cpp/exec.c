@@ -333,18 +333,6 @@ static int ensure_fibers(unsigned n) {
   return 0;
 }
 
-/* What the image's offload_barrier() calls (through __offload_host_barrier). */
-void offload_barrier_impl(void) {
-  if (!current) {
-    /* A barrier outside a fiber: the block was being run directly because its first work
-     * item reached no barrier. Work items that reach different barriers are an error. */
-    barrier_outside_fiber = 1;
-    return;
-  }
-  current->state = 1;
-  suspend();
-}
-
 /* ---- blocks --------------------------------------------------------------------------------- */
 
 struct fault {
@@ -353,8 +341,17 @@ struct fault {
   unsigned item[3];
 };
 
-enum { MODE_PROBE = 0, MODE_DIRECT = 1, MODE_FIBERS = 2 };
 enum { OK = 0, FAULT = 1, DIVERGENT = 2, NO_MEMORY = 3 };
+
+/* The block this worker runs. Work item 0 runs directly on the worker's stack; the others
+ * become fibers only if item 0 reaches a barrier. */
+static __thread struct {
+  struct context *ctx;
+  unsigned bx, by, bz, n;
+  int item0;          /* item 0 is running (directly) */
+  int fibers_started; /* items 1..n-1 are fibers */
+  int error;          /* why the block was left through the guard (not a signal) */
+} block;
 
 static void set_id(struct context *ctx, unsigned x, unsigned y, unsigned z) {
   if (ctx) {
@@ -364,47 +361,93 @@ static void set_id(struct context *ctx, unsigned x, unsigned y, unsigned z) {
   }
 }
 
-/* Runs every fiber of a block to completion, phase by phase (a phase ends when each has reached
- * a barrier or returned). With `first` = 1, fiber 0 already waits at its first barrier and the
- * first phase brings the others there. */
-static int run_fibers(struct context *ctx, unsigned n, unsigned first) {
-  for (;;) {
-    unsigned at_barrier = first, done = 0;
-    for (unsigned k = first; k < n; ++k) {
-      struct fiber *f = &fibers[k];
-      if (f->state == 2) {
-        ++done;
-        continue;
-      }
-      f->state = 0;
-      set_id(ctx, f->id[0], f->id[1], f->id[2]);
-      resume(f);
-      if (f->state == 1)
-        ++at_barrier;
-      else
-        ++done;
-    }
-    first = 0;
-    if (at_barrier == 0)
-      return OK;
-    if (done != 0)
-      return DIVERGENT;
-  }
+/* Leaves the block with `error` (from inside a kernel: its frames are abandoned). */
+static void leave_block(int error) {
+  sigjmp_buf *to = guard;
+  guard = 0;
+  block.error = error;
+  siglongjmp(*to, 2);
 }
 
-/* Runs the work items of one block. `mode` (shared by the launch's workers) starts as
- * MODE_PROBE and is settled by the first block that runs. Returns OK, FAULT (with `out`),
+/* Runs fibers 1..n-1 each until its next barrier. `finish`: item 0 has returned, so each must
+ * return too. */
+static void run_others(int finish) {
+  for (unsigned k = 1; k < block.n; ++k) {
+    struct fiber *f = &fibers[k];
+    if (f->state == 2)
+      leave_block(DIVERGENT); /* returned while item 0 waits at a barrier */
+    f->state = 0;
+    set_id(block.ctx, f->id[0], f->id[1], f->id[2]);
+    resume(f);
+    if (f->state == 1 && finish)
+      leave_block(DIVERGENT); /* at a barrier item 0 never reached */
+    if (f->state == 2 && !finish)
+      leave_block(DIVERGENT);
+  }
+  set_id(block.ctx, 0, 0, 0);
+}
+
+/* What the image's offload_barrier() calls (through __offload_host_barrier). */
+void offload_barrier_impl(void) {
+  if (current) {
+    /* A fiber (work item 1..n-1): wait for item 0's next barrier. */
+    current->state = 1;
+    suspend();
+    return;
+  }
+  if (!block.item0 || !guard) {
+    /* Items 1..n-1 run directly because item 0 reached no barrier (or no block runs here):
+     * work items that reach different barriers are an error. */
+    barrier_outside_fiber = 1;
+    return;
+  }
+  /* Item 0 is at a barrier: bring every other item to it, then go on. */
+  if (!block.fibers_started) {
+    if (ensure_fibers(block.n))
+      leave_block(NO_MEMORY);
+    unsigned k = 0;
+    for (unsigned z = 0; z < block.bz; ++z)
+      for (unsigned y = 0; y < block.by; ++y)
+        for (unsigned x = 0; x < block.bx; ++x, ++k) {
+          if (k == 0)
+            continue;
+          if (fiber_prepare(&fibers[k]))
+            leave_block(NO_MEMORY);
+          fibers[k].id[0] = x;
+          fibers[k].id[1] = y;
+          fibers[k].id[2] = z;
+        }
+    block.fibers_started = 1;
+  }
+  run_others(0);
+}
+
+/* Runs the work items of one block: item 0 directly; if it reaches no barrier, the others
+ * directly after it (no fiber is ever made); if it does, the others as fibers that it brings
+ * along at each of its barriers (offload_barrier_impl). Returns OK, FAULT (with `out`),
  * DIVERGENT (some work items reached a barrier others did not), NO_MEMORY. */
 int offload_run_block(const struct call *call, struct context *ctx, unsigned bx, unsigned by,
-                      unsigned bz, int *mode, struct fault *out) {
+                      unsigned bz, struct fault *out) {
   sigjmp_buf here;
   volatile unsigned x = 0, y = 0, z = 0;
   running = call;
   barrier_outside_fiber = 0;
-  if (sigsetjmp(here, 0)) {
+  block.ctx = ctx;
+  block.bx = bx;
+  block.by = by;
+  block.bz = bz;
+  block.n = bx * by * bz;
+  block.item0 = 0;
+  block.fibers_started = 0;
+  block.error = OK;
+  int why = sigsetjmp(here, 0);
+  if (why) {
     /* SA_NODEFER: nothing is blocked. Fibers in flight are abandoned; their stacks are reused
      * from the start. */
     current = 0;
+    block.item0 = 0;
+    if (why == 2)
+      return block.error;
     out->signal = fault_signal;
     out->address = fault_address;
     if (ctx) {
@@ -419,62 +462,23 @@ int offload_run_block(const struct call *call, struct context *ctx, unsigned bx,
     return FAULT;
   }
   guard = &here;
-  unsigned n = bx * by * bz;
-  int m = __atomic_load_n(mode, __ATOMIC_RELAXED);
-  unsigned first = 0;
-  if (m != MODE_DIRECT) {
-    if (ensure_fibers(m == MODE_FIBERS ? n : 1) || fiber_prepare(&fibers[0])) {
-      guard = 0;
-      return NO_MEMORY;
-    }
-    if (m == MODE_PROBE) {
-      /* The first work item on a fiber tells whether the kernel uses barriers. */
-      fibers[0].id[0] = fibers[0].id[1] = fibers[0].id[2] = 0;
-      set_id(ctx, 0, 0, 0);
-      resume(&fibers[0]);
-      if (fibers[0].state == 2) {
-        __atomic_store_n(mode, MODE_DIRECT, __ATOMIC_RELAXED);
-        m = MODE_DIRECT;
-        first = 1;
-      } else {
-        __atomic_store_n(mode, MODE_FIBERS, __ATOMIC_RELAXED);
-        m = MODE_FIBERS;
-        if (ensure_fibers(n)) {
-          guard = 0;
-          return NO_MEMORY;
-        }
-      }
-    }
-  }
-  if (m == MODE_DIRECT) {
-    for (z = 0; z < bz; ++z)
-      for (y = 0; y < by; ++y)
-        for (x = first && z == 0 && y == 0 ? 1 : 0; x < bx; ++x) {
-          set_id(ctx, x, y, z);
-          call_item(call);
-        }
+  set_id(ctx, 0, 0, 0);
+  block.item0 = 1;
+  call_item(call);
+  block.item0 = 0;
+  if (block.fibers_started) {
+    run_others(1);
     guard = 0;
-    return barrier_outside_fiber ? DIVERGENT : OK;
+    return OK;
   }
-  /* Fibers: every work item (item 0 may already wait at its first barrier). */
-  unsigned k = 0;
-  for (unsigned zz = 0; zz < bz; ++zz)
-    for (unsigned yy = 0; yy < by; ++yy)
-      for (unsigned xx = 0; xx < bx; ++xx, ++k) {
-        struct fiber *f = &fibers[k];
-        if (k == 0 && f->state == 1)
-          continue;
-        if (fiber_prepare(f)) {
-          guard = 0;
-          return NO_MEMORY;
-        }
-        f->id[0] = xx;
-        f->id[1] = yy;
-        f->id[2] = zz;
+  for (z = 0; z < bz; ++z)
+    for (y = 0; y < by; ++y)
+      for (x = z == 0 && y == 0 ? 1 : 0; x < bx; ++x) {
+        set_id(ctx, x, y, z);
+        call_item(call);
       }
-  int r = run_fibers(ctx, n, fibers[0].state == 1 ? 1 : 0);
   guard = 0;
-  return r;
+  return barrier_outside_fiber ? DIVERGENT : OK;
 }
 
 /* Runs a work-group function (the JIT's) for the blocks begin..end. Returns OK, FAULT (with

@@ -4,11 +4,10 @@
 
 use libffi::middle::{Cif, Type};
 use offload_core::{Error, KernelArg, LaunchDims, Result};
-use rayon::prelude::*;
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The work-item context `include/offload_kernel.h` reads on the host (`offload_host_context`).
 /// The layout is a contract with the header (fields are only ever added at the end). One per
@@ -166,7 +165,6 @@ unsafe extern "C" {
         bx: u32,
         by: u32,
         bz: u32,
-        mode: *const AtomicI32,
         fault: *mut Fault,
     ) -> i32;
     fn offload_run_blocks_wg(
@@ -340,7 +338,7 @@ impl PreparedCall {
     }
 
     /// Runs the work items of one block on the calling thread.
-    fn run_block(&self, dims: &LaunchDims, block: u64, mode: &AtomicI32) -> Result<(), Stop> {
+    fn run_block(&self, dims: &LaunchDims, block: u64) -> Result<(), Stop> {
         let ctx = self.context_for(dims, block)?;
         // SAFETY: set just above.
         let block_id = unsafe { (*ctx).block_id };
@@ -359,7 +357,7 @@ impl PreparedCall {
         };
         // SAFETY: the call is prepared for this kernel and stays valid (see `new`); `ctx` is
         // this thread's context; the C side writes only `fault`'s leading fields.
-        let r = unsafe { offload_run_block(&self.call, ctx_arg, bx, by, bz, mode, &mut fault) };
+        let r = unsafe { offload_run_block(&self.call, ctx_arg, bx, by, bz, &mut fault) };
         match r {
             0 => Ok(()),
             FAULT => Err(Stop::Fault(fault)),
@@ -428,9 +426,9 @@ impl PreparedCall {
         }
     }
 
-    /// Runs the whole grid: blocks handed to `pool`'s workers in chunks sized to the grid, or
-    /// inline when there is one block. The first fault or barrier error stops the launch
-    /// (blocks not yet started are skipped) and is returned.
+    /// Runs the whole grid: blocks handed to `pool`'s workers in chunks sized to the grid (see
+    /// [`schedule`]), or inline when there is one block or one worker. The first fault or
+    /// barrier error stops the launch (blocks not yet started are skipped) and is returned.
     pub fn run(&self, name: &str, dims: &LaunchDims, pool: &rayon::ThreadPool) -> Result<()> {
         // SAFETY: installs the plugin's fault handler once; no preconditions.
         if unsafe { offload_guard_install() } != 0 {
@@ -439,75 +437,71 @@ impl PreparedCall {
         let blocks = dims.blocks();
         let threads = pool.current_num_threads() as u64;
         if let Some(wg) = self.work_group {
-            // Ranges of blocks, one call each: about 8 per worker, at least one block.
             if blocks == 1 || threads == 1 {
                 return self
                     .run_blocks_wg(wg, dims, 0, blocks)
                     .map_err(|s| s.error(name, dims));
             }
-            let chunk = blocks.div_ceil(threads * 8).max(1);
-            let chunks = blocks.div_ceil(chunk) as usize;
-            let first: Mutex<Option<Stop>> = Mutex::new(None);
-            let stop = AtomicBool::new(false);
-            pool.install(|| {
-                (0..chunks).into_par_iter().for_each(|c| {
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let begin = c as u64 * chunk;
-                    let end = (begin + chunk).min(blocks);
-                    if let Err(s) = self.run_blocks_wg(wg, dims, begin, end) {
-                        stop.store(true, Ordering::Relaxed);
-                        first
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(s);
-                    }
-                });
-            });
-            return match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                Some(s) => Err(s.error(name, dims)),
-                None => Ok(()),
-            };
+            return schedule(pool, blocks, |begin, end| {
+                self.run_blocks_wg(wg, dims, begin, end)
+            })
+            .map_err(|s| s.error(name, dims));
         }
-        // Whether the kernel uses barriers, found by the first block (see exec.c).
-        let mode = AtomicI32::new(0);
         if blocks == 1 || threads == 1 {
             for b in 0..blocks {
-                self.run_block(dims, b, &mode)
-                    .map_err(|s| s.error(name, dims))?;
+                self.run_block(dims, b).map_err(|s| s.error(name, dims))?;
             }
             return Ok(());
         }
-        // The first block settles the mode before the others start (so that they do not all
-        // probe); then chunks of about blocks / (8 x workers), at least one block.
-        self.run_block(dims, 0, &mode)
-            .map_err(|s| s.error(name, dims))?;
-        let chunk = (blocks / (threads * 8)).max(1) as usize;
-        let first: Mutex<Option<Stop>> = Mutex::new(None);
-        let stop = AtomicBool::new(false);
-        pool.install(|| {
-            (1..blocks as usize)
-                .into_par_iter()
-                .with_min_len(chunk)
-                .for_each(|b| {
-                    let b = b as u64;
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    if let Err(s) = self.run_block(dims, b, &mode) {
+        schedule(pool, blocks, |begin, end| {
+            (begin..end).try_for_each(|b| self.run_block(dims, b))
+        })
+        .map_err(|s| s.error(name, dims))
+    }
+}
+
+/// Runs `run(begin, end)` over the blocks `0..blocks` on every worker of `pool`, each
+/// taking the next range from a shared counter until none is left (guided self-scheduling):
+/// a range is a share of what is left (1 / (2 x workers)), at least 1 block, so ranges start
+/// large (one counter update per many blocks) and shrink toward the end of the grid, where
+/// they keep the workers finishing together. The first error stops every worker at its next
+/// range and is returned.
+fn schedule<F>(pool: &rayon::ThreadPool, blocks: u64, run: F) -> Result<(), Stop>
+where
+    F: Fn(u64, u64) -> Result<(), Stop> + Sync,
+{
+    let workers = pool.current_num_threads() as u64;
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let failure: Mutex<Option<Stop>> = Mutex::new(None);
+    pool.broadcast(|_| {
+        let mut begin = next.load(Ordering::Relaxed);
+        while begin < blocks && !stop.load(Ordering::Relaxed) {
+            let size = ((blocks - begin) / (2 * workers)).max(1);
+            match next.compare_exchange_weak(
+                begin,
+                begin + size,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    if let Err(s) = run(begin, begin + size) {
                         stop.store(true, Ordering::Relaxed);
-                        first
+                        failure
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .get_or_insert(s);
+                        return;
                     }
-                });
-        });
-        match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(s) => Err(s.error(name, dims)),
-            None => Ok(()),
+                    begin = next.load(Ordering::Relaxed);
+                }
+                Err(now) => begin = now,
+            }
         }
+    });
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(s) => Err(s),
+        None => Ok(()),
     }
 }
 
