@@ -4,23 +4,32 @@
 // For each kernel K (an exported void function whose parameters are i32, i64, float, double or
 // pointers) this adds
 //
-//     void __offload_wg_K(const uint64_t *args, offload_host_context *ctx,
-//                         uint64_t begin, uint64_t end)
+//     uint64_t __offload_wg_K(const uint64_t *args, offload_host_context *ctx,
+//                             uint64_t begin, uint64_t end, void *frame)
 //
 // which runs every work item of the blocks begin..end (linear block indices, x fastest) of the
-// launch described by `ctx` (its grid, block and shared-memory fields): a loop over the blocks
-// around three nested loops over the work-item IDs, K inlined into the innermost, K's arguments
-// unpacked from `args` (one 8-byte slot each, as the plugin packs them). The kernel header's host accessors read the IDs through
-// `__offload_host_context()`; in the work-group function those calls are replaced by a local
-// copy of the context whose thread IDs are the loop variables, so after SROA the IDs are loop
-// counters, invariant reads leave the loop and the vectoriser sees a plain loop. The inner loop
-// is marked parallel (work items of a block are independent between barriers; a data race
-// between them is undefined on every GPU too) and vectorisable.
+// launch described by `ctx` (its grid, block and shared-memory fields), K's arguments unpacked
+// from `args` (one 8-byte slot each, as the plugin packs them). It returns 0, or 1 + the linear
+// index of a block whose work items reached different barriers. The module also gets
+// `__offload_wg_abi` (this calling convention's version, which the plugin checks) and, for a
+// kernel with barriers, `__offload_wgf_K`: the bytes of `frame` it needs per work item.
 //
-// A kernel is left to the per-work-item path (no work-group function) when, after inlining, it
-// still reaches the context or the barrier other than through those calls: it calls
-// offload_barrier() (its work items need fibers), calls an un-inlinable function that reads an
-// ID, or calls through a pointer.
+// Without barriers: a loop over the blocks around three nested loops over the work-item IDs, K
+// inlined into the innermost. The kernel header's host accessors read the IDs through
+// `__offload_host_context()`; here those calls are replaced by a local copy of the context
+// whose thread IDs are the loop variables, so after SROA the IDs are loop counters, invariant
+// reads leave the loop and the vectoriser sees a plain loop. The inner loop is marked parallel
+// (work items of a block are independent between barriers; a data race between them is
+// undefined on every GPU too) and vectorisable.
+//
+// With barriers: K is cut into regions at its barriers, each region a loop nest of its own over
+// the work items (see RegionBuilder below), as PoCL does.
+//
+// A kernel is left to the per-work-item path (no work-group function; fibers if it has
+// barriers) when, after inlining, it still reaches the context or the barrier other than
+// through those calls (an un-inlinable function that reads an ID, a call through a pointer), or
+// when its regions cannot be formed (a variable-sized stack allocation, setjmp, exceptions,
+// more than 256 barriers, a region form too large).
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/DebugInfo.h"
 #include "llvm/IR/IRBuilder.h"
