@@ -460,7 +460,8 @@ impl PreparedCall {
     }
 }
 
-/// Runs `run(begin, end)` over the blocks `0..blocks` on every worker of `pool`, each
+/// Runs `run(begin, end)` over the blocks `0..blocks` on the calling thread and all but one of
+/// `pool`'s workers, each
 /// taking the next range from a shared counter until none is left (guided self-scheduling):
 /// a range is a share of what is left (1 / (2 x workers)), at least 1 block, so ranges start
 /// large (one counter update per many blocks) and shrink toward the end of the grid, where
@@ -474,7 +475,7 @@ where
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let failure: Mutex<Option<Stop>> = Mutex::new(None);
-    pool.broadcast(|_| {
+    let work = || {
         let mut begin = next.load(Ordering::Relaxed);
         while begin < blocks && !stop.load(Ordering::Relaxed) {
             let size = ((blocks - begin) / (2 * workers)).max(1);
@@ -498,6 +499,15 @@ where
                 Err(now) => begin = now,
             }
         }
+    };
+    // The calling thread (which waits for the launch anyway) takes ranges too, with one fewer
+    // pool worker woken: no wake-up latency before the first block runs, as OpenMP's master
+    // thread does.
+    pool.in_place_scope(|s| {
+        for _ in 1..workers {
+            s.spawn(|_| work());
+        }
+        work();
     });
     match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(s) => Err(s),
