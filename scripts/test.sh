@@ -43,7 +43,7 @@ run_group() {
 }
 
 run_group core    -p offload-core -p offload
-run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation)'
+run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation) | binary(jit_disk_cache)'
 run_group layer   -p plugin-common
 run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory) | binary(hostile) | binary(host_work_groups) | binary(host_barrier_regions)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
@@ -100,7 +100,9 @@ else
 fi
 echo "(jit: the engine, its client and the worker process, incl. PTX/AMDGPU/x86-64 oracle tests against"
 echo " opt-19|llc-19 through the worker, and the isolation tests: LLVM aborts, memory bombs, runaway compiles,"
-echo " killed workers, bitcode mutants; nvptx64 and amdgcn builds of include/offload_kernel.h are checked in"
+echo " killed workers, bitcode mutants; the disk cache across processes: warm starts without LLVM, bad entries,"
+echo " one compile per key among 4 processes x 4 threads, the size cap, untrusted directories; nvptx64 and"
+echo " amdgcn builds of include/offload_kernel.h are checked in"
 echo " the host group: kernel_header)"
 [ "$fail" -ne 0 ] && echo "fmt, clippy or the group coverage check failed (see above)"
 echo

@@ -20,4 +20,13 @@ fn main() {
             )
         });
     println!("cargo:rustc-env=OFFLOAD_LLVM_VERSION={version}");
+    // Where its shared library is: the disk cache's keys name that file (its size and time).
+    let libdir = Command::new(&llvm_config)
+        .arg("--libdir")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("cargo:rustc-env=OFFLOAD_LLVM_LIBDIR={libdir}");
 }

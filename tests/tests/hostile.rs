@@ -408,7 +408,7 @@ fn the_bare_command_help_and_usage_errors() {
     assert_one_error(
         &out,
         2,
-        "a command is needed: info, run, jit or demo (see 'offload --help')",
+        "a command is needed: info, run, jit, cache or demo (see 'offload --help')",
     );
     for args in [&["--help"][..], &["help"][..]] {
         let out = offload(args, &[]);

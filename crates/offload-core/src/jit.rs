@@ -236,6 +236,8 @@ pub enum Served {
     SharedCompile,
     /// Compiled by this request.
     Compiled,
+    /// Read from the disk cache (written by this or another process, or by another node).
+    DiskHit,
 }
 
 /// The result of a JIT request.
@@ -620,6 +622,7 @@ impl Served {
             Served::MemoryHit => 0,
             Served::SharedCompile => 1,
             Served::Compiled => 2,
+            Served::DiskHit => 3,
         }
     }
     /// From the wire code.
@@ -628,6 +631,7 @@ impl Served {
             0 => Served::MemoryHit,
             1 => Served::SharedCompile,
             2 => Served::Compiled,
+            3 => Served::DiskHit,
             _ => return None,
         })
     }

@@ -123,6 +123,17 @@ impl Cache {
         key: CacheKey,
         compile: impl FnOnce() -> std::result::Result<CompileOutput, CompileError>,
     ) -> Result<(Arc<CompiledImage>, Served)> {
+        self.get_or_produce(key, || compile().map(|o| (o, false)))
+    }
+
+    /// [`get_or_compile`](Self::get_or_compile) with a producer that may find the image
+    /// elsewhere (the disk): it says whether it did (`true`: served as a disk hit, not counted
+    /// as a compile).
+    pub fn get_or_produce(
+        &self,
+        key: CacheKey,
+        produce: impl FnOnce() -> std::result::Result<(CompileOutput, bool), CompileError>,
+    ) -> Result<(Arc<CompiledImage>, Served)> {
         let flight = {
             let mut inner = lock(&self.inner);
             inner.tick += 1;
@@ -165,7 +176,8 @@ impl Cache {
         // hanging, so it is turned into an error here.
         let started = Instant::now();
         let mut remember = false;
-        let outcome = offload_core::panic::catch(compile)
+        let mut from_disk = false;
+        let outcome = offload_core::panic::catch(produce)
             .unwrap_or_else(|m| {
                 Err(Error::CompileFailure(format!("the compiler panicked: {m}")).into())
             })
@@ -173,7 +185,8 @@ impl Cache {
                 remember = e.remember;
                 e.error
             })
-            .map(|out| {
+            .map(|(out, disk)| {
+                from_disk = disk;
                 Arc::new(CompiledImage {
                     key,
                     bytes: out.bytes,
@@ -185,12 +198,16 @@ impl Cache {
         {
             let mut inner = lock(&self.inner);
             inner.stats.in_flight -= 1;
-            inner.stats.compile_ns += started.elapsed().as_nanos() as u64;
+            if !from_disk {
+                inner.stats.compile_ns += started.elapsed().as_nanos() as u64;
+            }
             match &outcome {
                 Ok(image) => {
                     inner.tick += 1;
                     let tick = inner.tick;
-                    inner.stats.compiles += 1;
+                    if !from_disk {
+                        inner.stats.compiles += 1;
+                    }
                     inner.stats.entries += 1;
                     inner.stats.bytes += image.bytes.len() as u64;
                     inner.map.insert(
@@ -222,7 +239,16 @@ impl Cache {
         }
         *lock(&flight.result) = Some(outcome.clone());
         flight.done.notify_all();
-        outcome.map(|image| (image, Served::Compiled))
+        outcome.map(|image| {
+            (
+                image,
+                if from_disk {
+                    Served::DiskHit
+                } else {
+                    Served::Compiled
+                },
+            )
+        })
     }
 
     fn wait(flight: &Flight) -> Outcome {

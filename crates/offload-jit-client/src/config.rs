@@ -50,6 +50,19 @@ pub const TIMEOUT: [&str; 1] = ["OFFLOAD_JIT_TIMEOUT"];
 /// no limit).
 pub const MEMORY_LIMIT: [&str; 1] = ["OFFLOAD_JIT_MEMORY_LIMIT"];
 
+/// The disk cache: `1`/`on` (default), `0`/`off`, or `read-only` (look up, never write).
+pub const DISK_CACHE: [&str; 1] = ["OFFLOAD_CACHE"];
+/// The disk cache's directory (default `$XDG_CACHE_HOME/offload/jit`, else
+/// `~/.cache/offload/jit`).
+pub const DISK_CACHE_DIR: [&str; 1] = ["OFFLOAD_CACHE_DIR"];
+/// The disk cache's size cap (bytes, or with a K/M/G/T suffix; default 1 GiB).
+pub const DISK_CACHE_MAX_SIZE: [&str; 1] = ["OFFLOAD_CACHE_MAX_SIZE"];
+/// Load entries from a directory that is group- or world-writable or owned by another user
+/// (a shared, pre-populated cache): boolean, default no.
+pub const DISK_CACHE_TRUST: [&str; 1] = ["OFFLOAD_CACHE_TRUST"];
+/// Default [`DISK_CACHE_MAX_SIZE`].
+pub const DEFAULT_DISK_CACHE_MAX_SIZE: u64 = 1 << 30;
+
 /// Default [`TIMEOUT`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Smallest [`MEMORY_LIMIT`]: below this the worker cannot even map LLVM.
@@ -65,6 +78,91 @@ pub enum Isolation {
     /// start, but **not crash-safe**: whatever kills LLVM kills the caller, and the time and
     /// memory limits do not apply. For embedding and for the engine's own tests.
     InProcess,
+}
+
+/// What the disk cache may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskMode {
+    /// No disk cache.
+    Off,
+    /// Look up and store.
+    ReadWrite,
+    /// Look up only (a shared, pre-populated cache).
+    ReadOnly,
+}
+
+/// The disk cache's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskConfig {
+    /// What it may do (`Off` also when no directory could be found; see `note`).
+    pub mode: DiskMode,
+    /// Its directory (absolute).
+    pub dir: PathBuf,
+    /// The size cap in bytes.
+    pub max_size: u64,
+    /// Load entries from a directory others may write ([`DISK_CACHE_TRUST`]).
+    pub trust: bool,
+    /// Why it is off when it was not asked to be (no home directory).
+    pub note: Option<String>,
+}
+
+impl DiskConfig {
+    /// Reads `OFFLOAD_CACHE*`; the first bad one is the error.
+    pub fn from_env() -> Result<Self> {
+        let mode = match env::raw(&DISK_CACHE)? {
+            None => DiskMode::ReadWrite,
+            Some((name, v)) => match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => DiskMode::ReadWrite,
+                "0" | "false" | "no" | "off" => DiskMode::Off,
+                "read-only" | "readonly" | "ro" => DiskMode::ReadOnly,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "environment variable {name}='{v}' is not valid: expected 1/on (the                          default), 0/off, or read-only"
+                    )));
+                }
+            },
+        };
+        let max_size = env::size_in_range(&DISK_CACHE_MAX_SIZE, 1, 1 << 50)?
+            .unwrap_or(DEFAULT_DISK_CACHE_MAX_SIZE);
+        let trust = boolean(&DISK_CACHE_TRUST)?.unwrap_or(false);
+        let (dir, note) = match env::raw(&DISK_CACHE_DIR)? {
+            Some((name, v)) => {
+                let p = std::path::absolute(PathBuf::from(&v)).map_err(|e| {
+                    Error::InvalidArgument(format!("environment variable {name}='{v}': {e}"))
+                })?;
+                (p, None)
+            }
+            None => {
+                let base = env::raw(&["XDG_CACHE_HOME"])?
+                    .map(|(_, v)| PathBuf::from(v))
+                    .filter(|p| p.is_absolute())
+                    .or_else(|| {
+                        env::raw(&["HOME"])
+                            .ok()
+                            .flatten()
+                            .map(|(_, v)| PathBuf::from(v).join(".cache"))
+                            .filter(|p| p.is_absolute())
+                    });
+                match base {
+                    Some(b) => (b.join("offload").join("jit"), None),
+                    None => (
+                        PathBuf::new(),
+                        Some(format!(
+                            "no cache directory: neither XDG_CACHE_HOME nor HOME is set to an                              absolute path (set {})",
+                            DISK_CACHE_DIR[0]
+                        )),
+                    ),
+                }
+            }
+        };
+        Ok(DiskConfig {
+            mode: if note.is_some() { DiskMode::Off } else { mode },
+            dir,
+            max_size,
+            trust,
+            note,
+        })
+    }
 }
 
 /// A time or memory limit and the variable that set it (for messages).
@@ -93,6 +191,8 @@ pub struct JitConfig {
     pub timeout: Option<Limit<Duration>>,
     /// The worker's address-space limit in bytes (`None`: no limit).
     pub memory_limit: Option<Limit<u64>>,
+    /// The disk cache.
+    pub disk: DiskConfig,
 }
 
 impl Default for JitConfig {
@@ -108,6 +208,13 @@ impl Default for JitConfig {
                 source: format!("{} default", TIMEOUT[0]),
             }),
             memory_limit: Some(default_memory_limit()),
+            disk: DiskConfig {
+                mode: DiskMode::Off,
+                dir: PathBuf::new(),
+                max_size: DEFAULT_DISK_CACHE_MAX_SIZE,
+                trust: false,
+                note: None,
+            },
         }
     }
 }
@@ -271,6 +378,7 @@ impl JitConfig {
             worker,
             timeout: timeout()?,
             memory_limit: memory_limit()?,
+            disk: DiskConfig::from_env()?,
         })
     }
 }

@@ -17,12 +17,14 @@
 
 pub mod cache;
 pub mod config;
+pub mod disk;
 pub mod inprocess;
 pub mod ptxas;
 pub mod worker;
 
 pub use cache::{Cache, CompileError, KeyBuilder};
-pub use config::{Isolation, JitConfig};
+pub use config::{DiskConfig, DiskMode, Isolation, JitConfig};
+pub use disk::{DiskCache, DiskStats};
 pub use worker::WorkerStats;
 
 use offload_core::jit::protocol;
@@ -43,6 +45,9 @@ pub const ENGINE_LIBRARY: &str = "liboffload_jit.so";
 pub const LLVM_VERSION: &str = env!("OFFLOAD_LLVM_VERSION");
 /// The engine version this client expects the worker to be: part of every key.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The directory of the LLVM shared library the worker loads (`llvm-config --libdir` at build
+/// time).
+pub const LLVM_LIBDIR: &str = env!("OFFLOAD_LLVM_LIBDIR");
 
 enum Backend {
     Worker(worker::Supervisor),
@@ -65,7 +70,11 @@ pub struct JitClient {
     cache: Cache,
     search_dirs: Mutex<Vec<PathBuf>>,
     backend: OnceLock<std::result::Result<Backend, Error>>,
-    requesters: Mutex<HashMap<String, JitStats>>,
+    requesters: Mutex<HashMap<String, (JitStats, u64)>>,
+    disk: DiskCache,
+    /// The toolchain's part of disk keys (`None`: the engine could not be found, so nothing
+    /// compiles and the disk is not used).
+    toolchain: OnceLock<Option<[u8; 32]>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -85,12 +94,19 @@ impl JitClient {
     /// not set, before the executable's own directory. Nothing is started yet.
     pub fn new(config: Result<JitConfig>, search_dirs: Vec<PathBuf>) -> Self {
         let capacity = config.as_ref().map_or(0, |c| c.cache_capacity);
+        let disk = DiskCache::new(
+            config
+                .as_ref()
+                .map_or_else(|_| JitConfig::default().disk, |c| c.disk.clone()),
+        );
         JitClient {
             config,
             cache: Cache::new(capacity),
             search_dirs: Mutex::new(search_dirs),
             backend: OnceLock::new(),
             requesters: Mutex::default(),
+            disk,
+            toolchain: OnceLock::new(),
         }
     }
 
@@ -126,6 +142,69 @@ impl JitClient {
             )
             .field("post-process", request.post.id().as_bytes());
         k.finish()
+    }
+
+    /// The disk cache.
+    pub fn disk(&self) -> &DiskCache {
+        &self.disk
+    }
+
+    /// The toolchain identity (see [`disk::Toolchain`]): the engine's contents (the worker, or
+    /// the in-process engine library) and the LLVM library's file, computed once, without
+    /// loading LLVM.
+    fn toolchain(&self) -> Option<[u8; 32]> {
+        *self.toolchain.get_or_init(|| {
+            let config = self.config().ok()?;
+            let name = match config.isolation {
+                Isolation::Worker => WORKER_NAME,
+                Isolation::InProcess => ENGINE_LIBRARY,
+            };
+            let engine = self.locate(name).ok()?;
+            let memo = (config.disk.mode == DiskMode::ReadWrite && self.disk.usable().is_ok())
+                .then_some(config.disk.dir.as_path());
+            let digest = disk::file_digest(&engine, memo).ok()?;
+            let llvm = disk::find_llvm_library(Path::new(LLVM_LIBDIR))
+                .map(|p| disk::file_stamp(&p))
+                .unwrap_or_else(|| format!("no libLLVM in '{LLVM_LIBDIR}'"));
+            let mut k = KeyBuilder::new();
+            k.field("engine", &digest)
+                .field("isolation", name.as_bytes())
+                .field("llvm-library", llvm.as_bytes());
+            Some(k.finish().0)
+        })
+    }
+
+    /// The disk key of a request whose in-memory key is `key`: that key, the toolchain, the
+    /// post-processing tool's file and the entry schema. `None` when the disk is not to be used
+    /// for it (off, unusable, or the request asks for IR dumps, which only a compile writes).
+    fn disk_key(
+        &self,
+        config: &JitConfig,
+        request: &CompileRequest<'_>,
+        key: &CacheKey,
+    ) -> Option<CacheKey> {
+        if config.disk.mode == DiskMode::Off
+            || config.options.pre_opt_ir.is_some()
+            || config.options.post_opt_ir.is_some()
+            || self.disk.usable().is_err()
+        {
+            return None;
+        }
+        let toolchain = self.toolchain()?;
+        let tool = match &request.post {
+            offload_core::jit::PostProcess::Unchanged => String::new(),
+            offload_core::jit::PostProcess::LinkHostSharedObject
+            | offload_core::jit::PostProcess::LinkAmdgpuCodeObject { .. } => find_linker()
+                .map(|p| disk::file_stamp(&p))
+                .unwrap_or_default(),
+            offload_core::jit::PostProcess::Ptxas { path, .. } => disk::file_stamp(Path::new(path)),
+        };
+        let mut k = KeyBuilder::new();
+        k.field("schema", &disk::SCHEMA.to_le_bytes())
+            .field("key", &key.0)
+            .field("toolchain", &toolchain)
+            .field("tool", tool.as_bytes());
+        Some(k.finish())
     }
 
     /// Adds directories to look for the worker in (the runtime adds its plugin directories).
@@ -207,8 +286,10 @@ impl JitClient {
         let result = self.compile_inner(request);
         let mut all = lock(&self.requesters);
         let stats = all.entry(requester.to_string()).or_default();
+        let (stats, disk_hits) = (&mut stats.0, &mut stats.1);
         match &result {
             Ok(out) => match out.served {
+                Served::DiskHit => *disk_hits += 1,
                 Served::MemoryHit => stats.memory_hits += 1,
                 Served::SharedCompile => stats.shared_waits += 1,
                 Served::Compiled => {
@@ -240,27 +321,43 @@ impl JitClient {
                 request.target.cpu
             )
         };
-        let (image, served) = self.cache.get_or_compile(key, || {
-            let payload = protocol::encode_compile(
-                &request.target,
-                &request.post,
-                &config.options,
-                request.image,
-            );
-            let output = match self.backend()? {
-                Backend::Worker(s) => match s.compile(&payload, &describe) {
-                    Ok(o) => o.output,
-                    Err(worker::WorkerFailure::Compile(e)) => return Err(e.into()),
-                    Err(worker::WorkerFailure::Died { error, remember }) => {
-                        return Err(CompileError { error, remember });
-                    }
-                },
-                Backend::InProcess(lib) => lib.compile(&payload)??.output,
+        let (image, served) = self.cache.get_or_produce(key, || {
+            let compile = || -> std::result::Result<CompileOutput, CompileError> {
+                let payload = protocol::encode_compile(
+                    &request.target,
+                    &request.post,
+                    &config.options,
+                    request.image,
+                );
+                Ok(match self.backend()? {
+                    Backend::Worker(s) => match s.compile(&payload, &describe) {
+                        Ok(o) => o.output,
+                        Err(worker::WorkerFailure::Compile(e)) => return Err(e.into()),
+                        Err(worker::WorkerFailure::Died { error, remember }) => {
+                            return Err(CompileError { error, remember });
+                        }
+                    },
+                    Backend::InProcess(lib) => lib.compile(&payload)??.output,
+                })
+            };
+            // The disk before any worker is started.
+            let (output, from_disk) = match self.disk_key(config, request, &key) {
+                Some(disk_key) => {
+                    let label = format!(
+                        "{} {} {}, {}-byte input",
+                        request.target.triple,
+                        request.target.cpu,
+                        request.post.id(),
+                        request.image.len()
+                    );
+                    self.disk.get_or_compile(&disk_key, &label, compile)?
+                }
+                None => (compile()?, false),
             };
             if let Some(dir) = &config.save_image_dir {
                 save_image(dir, &key, request, &output)?;
             }
-            Ok(output)
+            Ok((output, from_disk))
         })?;
         Ok(JitOutput { image, served })
     }
@@ -270,9 +367,14 @@ impl JitClient {
         self.cache.stats()
     }
 
+    /// Requests of one requester served from the disk cache.
+    pub fn disk_hits_for(&self, requester: &str) -> u64 {
+        lock(&self.requesters).get(requester).map_or(0, |s| s.1)
+    }
+
     /// Counters of one requester (cache-wide sizes included); `None` if it never asked.
     pub fn stats_for(&self, requester: &str) -> Option<JitStats> {
-        let mine = *lock(&self.requesters).get(requester)?;
+        let mine = lock(&self.requesters).get(requester)?.0;
         let all = self.cache.stats();
         Some(JitStats {
             entries: all.entries,
@@ -307,6 +409,28 @@ impl JitClient {
             name: requester.to_string(),
         })
     }
+}
+
+/// The linker the worker would use for post-processing, found as the worker finds it
+/// (`OFFLOAD_LLD`, LLVM 19's own `ld.lld`, then `ld.lld-19` and `ld.lld` on `PATH`), without
+/// running it.
+fn find_linker() -> Option<PathBuf> {
+    let on_path = |name: &str| -> Option<PathBuf> {
+        if name.contains('/') {
+            return Some(PathBuf::from(name)).filter(|p| p.is_file());
+        }
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+    };
+    if let Ok(Some((_, v))) = offload_core::env::raw(&["OFFLOAD_LLD"]) {
+        return on_path(&v);
+    }
+    ["/usr/lib/llvm-19/bin/ld.lld", "ld.lld-19", "ld.lld"]
+        .iter()
+        .find_map(|c| on_path(c))
 }
 
 fn save_image(

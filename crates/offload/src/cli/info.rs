@@ -72,7 +72,33 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 }
             };
             let located = client.locate(name);
+            let disk = client.disk();
+            let d = disk.config();
+            let summary = (d.mode != offload_jit_client::DiskMode::Off && d.dir.is_dir())
+                .then(|| disk.summary().ok())
+                .flatten();
+            let stats = disk.stats();
+            let disk_json = json!({
+                "mode": match d.mode {
+                    offload_jit_client::DiskMode::Off => "off",
+                    offload_jit_client::DiskMode::ReadWrite => "read-write",
+                    offload_jit_client::DiskMode::ReadOnly => "read-only",
+                },
+                "dir": d.dir.display().to_string(),
+                "max_bytes": d.max_size,
+                "trust": d.trust,
+                "note": d.note,
+                "entries": summary.as_ref().map(|s| s.entries),
+                "bytes": summary.as_ref().map(|s| s.bytes),
+                "locks": summary.as_ref().map(|s| s.locks),
+                "temporaries": summary.as_ref().map(|s| s.temporaries),
+                "hits": stats.hits,
+                "misses": stats.misses,
+                "writes": stats.writes,
+                "bad_entries": stats.bad_entries,
+            });
             json!({
+                "disk_cache": disk_json,
                 "isolation": isolation,
                 "path": located.as_ref().ok().map(|p| p.display().to_string()),
                 "llvm": offload_jit_client::LLVM_VERSION,

@@ -149,19 +149,26 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
                 "cpu": a.cpu,
                 "opt_level": opt_level,
                 "compile_ms": compile_ms,
+                // "compiled", or "disk" when the disk cache had it (no worker was started).
+                "served": if out.served == offload_core::jit::Served::DiskHit { "disk" } else { "compiled" },
             })
         );
         return Ok(());
     }
     outln!(
-        "wrote {} ({}, {}) for {} {} at -O{} in {:.3} ms",
+        "wrote {} ({}, {}) for {} {} at -O{} in {:.3} ms{}",
         a.output.display(),
         kind,
         human_bytes(out.image.bytes.len() as u64),
         a.target,
         a.cpu,
         opt_level,
-        compile_ms
+        compile_ms,
+        if out.served == offload_core::jit::Served::DiskHit {
+            " (from the disk cache)"
+        } else {
+            ""
+        }
     );
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Command-line front end of the runtime.
 
 mod args;
+mod cache;
 mod demo;
 mod info;
 mod jit;
@@ -43,7 +44,7 @@ impl Failure {
     name = "offload",
     version,
     about = "Load device code and run it on whatever device this machine has",
-    after_help = "Environment: OFFLOAD_PLUGIN_PATH, OFFLOAD_PLUGINS, OFFLOAD_HOST_DEVICES, OFFLOAD_HOST_THREADS, OFFLOAD_JIT_* (see README)."
+    after_help = "Environment: OFFLOAD_PLUGIN_PATH, OFFLOAD_PLUGINS, OFFLOAD_HOST_DEVICES, OFFLOAD_HOST_THREADS, OFFLOAD_JIT_*, OFFLOAD_CACHE* (see README)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -63,6 +64,9 @@ enum Command {
     /// Compile an LLVM bitcode/IR image for a target without running it (like llc), writing
     /// exactly what the plugin would load.
     Jit(jit::JitArgs),
+    /// The JIT's disk cache: stats, list, clear, prune.
+    #[command(subcommand)]
+    Cache(cache::CacheCommand),
     /// Run a built-in saxpy kernel on the host backend and verify the result.
     Demo {
         /// Number of elements.
@@ -108,7 +112,7 @@ pub fn main() -> ExitCode {
                 // A bare `offload` is a usage error like any other: one line.
                 ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
                     out::error_line(
-                        "offload: error: a command is needed: info, run, jit or demo (see 'offload --help')",
+                        "offload: error: a command is needed: info, run, jit, cache or demo (see 'offload --help')",
                     );
                     return ExitCode::from(2);
                 }
@@ -132,6 +136,7 @@ pub fn main() -> ExitCode {
         Command::Info { json } => info::info(json),
         Command::Run(args) => run::run(args),
         Command::Jit(args) => jit::jit(args),
+        Command::Cache(c) => cache::cache(c),
         Command::Demo { n } => demo::demo(n),
     }
     .and_then(|()| out::flush());

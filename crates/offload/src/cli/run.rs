@@ -92,6 +92,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     };
     let slot = rt.plugin(device.plugin_name())?;
     let jit_before = slot.jit_stats();
+    let disk_before = rt.jit().disk_hits_for(device.plugin_name());
     let program = device
         .load(&image)
         .map_err(|e| e.context(format!("image '{}' on {device}", a.image.display())))?;
@@ -182,6 +183,8 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         )),
         _ => None,
     };
+    let disk_hits = rt.jit().disk_hits_for(device.plugin_name()) - disk_before;
+    let worker_started = rt.jit().worker_stats().starts > 0;
 
     let info = device.info()?;
     let post_process = slot
@@ -201,7 +204,10 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 "copy_out": copy_out_ms, "total": total_ms,
             },
             "jit": jit.map(|(compiles, memory_hits, compile_ms)| json!({
-                "compiles": compiles, "memory_hits": memory_hits, "compile_ms": compile_ms,
+                "compiles": compiles, "memory_hits": memory_hits, "disk_hits": disk_hits,
+                "compile_ms": compile_ms,
+                // Whether this process started a JIT worker (none when every image was cached).
+                "worker_started": worker_started,
                 // What the plugin does with the JIT's output (ptxas, the driver's JIT, a link).
                 "post_process": post_process,
             })),
@@ -234,8 +240,11 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             if b.len > SHOWN { ", ..." } else { "" }
         );
     }
-    if let Some((compiles, hits, ms)) = jit.filter(|j| j.0 + j.1 > 0) {
-        outln!("jit      {compiles} compile(s), {hits} cache hit(s), {ms:.3} ms compiling");
+    if let Some((compiles, hits, ms)) = jit.filter(|j| j.0 + j.1 + disk_hits > 0) {
+        outln!(
+            "jit      {compiles} compile(s), {hits} memory hit(s), {disk_hits} disk hit(s), \
+             {ms:.3} ms compiling"
+        );
     }
     outln!(
         "timings  load {load_ms:.3} ms, copy-in {copy_in_ms:.3} ms, launch {launch_ms:.3} ms, \

@@ -1,0 +1,205 @@
+//! `offload cache stats|list|clear|prune [--json]`: the JIT's disk cache (the directory of
+//! `OFFLOAD_CACHE_DIR`, or `$XDG_CACHE_HOME/offload/jit`, or `~/.cache/offload/jit`).
+
+use super::out::outln;
+use super::{Failure, human_bytes};
+use offload_core::text::printable;
+use offload_jit_client::{DiskCache, DiskConfig, DiskMode};
+use serde_json::json;
+use std::time::SystemTime;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CacheCommand {
+    /// What the cache holds and its settings.
+    Stats {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every entry, most recently used first, each checked in full.
+    List {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete every entry the cache wrote (other files are left alone).
+    Clear,
+    /// Delete least recently used entries until the cache is under OFFLOAD_CACHE_MAX_SIZE.
+    Prune,
+}
+
+fn mode_name(m: DiskMode) -> &'static str {
+    match m {
+        DiskMode::Off => "off",
+        DiskMode::ReadWrite => "read-write",
+        DiskMode::ReadOnly => "read-only",
+    }
+}
+
+fn age(t: SystemTime) -> String {
+    match SystemTime::now().duration_since(t) {
+        Ok(d) if d.as_secs() < 120 => format!("{} s ago", d.as_secs()),
+        Ok(d) if d.as_secs() < 7200 => format!("{} min ago", d.as_secs() / 60),
+        Ok(d) if d.as_secs() < 172_800 => format!("{} h ago", d.as_secs() / 3600),
+        Ok(d) => format!("{} days ago", d.as_secs() / 86400),
+        Err(_) => "in the future".into(),
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+pub fn cache(command: CacheCommand) -> Result<(), Failure> {
+    let config = DiskConfig::from_env().map_err(Failure::input)?;
+    if let Some(note) = &config.note {
+        return Err(Failure::Usage(note.clone()));
+    }
+    let mode = config.mode;
+    let dir = config.dir.clone();
+    let shown = printable(&dir.display().to_string()).into_owned();
+    // The commands manage the directory whether or not compiles use it (OFFLOAD_CACHE=0).
+    let disk = DiskCache::new(DiskConfig {
+        mode: if mode == DiskMode::ReadOnly {
+            DiskMode::ReadOnly
+        } else {
+            DiskMode::ReadWrite
+        },
+        ..config.clone()
+    });
+    let exists = dir.is_dir();
+    match command {
+        CacheCommand::Stats { json } => {
+            let summary = if exists {
+                Some(disk.summary().map_err(Failure::Runtime)?)
+            } else {
+                None
+            };
+            let s = summary.clone().unwrap_or_default();
+            if json {
+                outln!(
+                    "{}",
+                    json!({
+                        "dir": dir.display().to_string(),
+                        "exists": exists,
+                        "mode": mode_name(mode),
+                        "max_bytes": config.max_size,
+                        "trust": config.trust,
+                        "entries": s.entries,
+                        "bytes": s.bytes,
+                        "locks": s.locks,
+                        "temporaries": s.temporaries,
+                        "other_files": s.others,
+                    })
+                );
+                return Ok(());
+            }
+            outln!(
+                "cache    {shown} ({}{})",
+                mode_name(mode),
+                if config.trust { ", trusted" } else { "" }
+            );
+            if summary.is_none() {
+                outln!("entries  none (the directory does not exist yet)");
+                return Ok(());
+            }
+            outln!(
+                "entries  {} ({} of {} cap)",
+                s.entries,
+                human_bytes(s.bytes),
+                human_bytes(config.max_size)
+            );
+            if s.locks + s.temporaries > 0 {
+                outln!(
+                    "busy     {} lock(s), {} temporary file(s) (compiles or writes in progress, \
+                     or left by killed processes: pruning removes those after an hour)",
+                    s.locks,
+                    s.temporaries
+                );
+            }
+            if s.others > 0 {
+                outln!(
+                    "others   {} file(s) the cache did not write (left alone)",
+                    s.others
+                );
+            }
+        }
+        CacheCommand::List { json } => {
+            let entries = if exists {
+                disk.list().map_err(Failure::Runtime)?
+            } else {
+                Vec::new()
+            };
+            if json {
+                let list: Vec<_> = entries
+                    .iter()
+                    .map(|e| {
+                        json!({
+                            "key": e.key,
+                            "bytes": e.bytes,
+                            "last_used_unix": unix(e.last_used),
+                            "label": e.label.as_ref().ok(),
+                            "error": e.label.as_ref().err(),
+                        })
+                    })
+                    .collect();
+                outln!(
+                    "{}",
+                    json!({ "dir": dir.display().to_string(), "entries": list })
+                );
+                return Ok(());
+            }
+            if entries.is_empty() {
+                outln!("no entries in {shown}");
+            }
+            for e in &entries {
+                let what = match &e.label {
+                    Ok(l) => printable(l).into_owned(),
+                    Err(why) => format!("BAD: {}", printable(why)),
+                };
+                outln!(
+                    "{}  {:>10}  {:>12}  {what}",
+                    &e.key[..16],
+                    human_bytes(e.bytes),
+                    age(e.last_used)
+                );
+            }
+        }
+        CacheCommand::Clear => {
+            if !exists {
+                outln!("nothing to clear: {shown} does not exist");
+                return Ok(());
+            }
+            let (n, bytes) = disk.clear().map_err(Failure::Runtime)?;
+            outln!(
+                "removed {n} entr{} ({}) from {shown}",
+                if n == 1 { "y" } else { "ies" },
+                human_bytes(bytes)
+            );
+        }
+        CacheCommand::Prune => {
+            if !exists {
+                outln!("nothing to prune: {shown} does not exist");
+                return Ok(());
+            }
+            let r = disk.prune().map_err(Failure::Runtime)?;
+            outln!(
+                "pruned {} entr{} ({}); {shown} holds {} entr{} ({} of {} cap){}",
+                r.deleted,
+                if r.deleted == 1 { "y" } else { "ies" },
+                human_bytes(r.freed),
+                r.entries_left,
+                if r.entries_left == 1 { "y" } else { "ies" },
+                human_bytes(r.bytes_left),
+                human_bytes(config.max_size),
+                if r.leftovers > 0 {
+                    format!("; removed {} file(s) left by killed processes", r.leftovers)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    Ok(())
+}
