@@ -175,9 +175,24 @@ fn a_warm_process_compiles_nothing_starts_no_worker_and_maps_no_llvm() {
         std::fs::read(scratch.join("1/arg0.bin")).unwrap(),
         std::fs::read(scratch.join("2/arg0.bin")).unwrap()
     );
+    // Another toolchain (here: a worker executable with different contents, as after an
+    // upgrade) makes other keys: compiled again, not served a stale entry.
+    let worker = scratch.join("offload-jit-worker");
+    let mut bytes = std::fs::read(build_dir().join("offload-jit-worker")).unwrap();
+    bytes.push(0);
+    std::fs::write(&worker, bytes).unwrap();
+    std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut upgraded = env.clone();
+    upgraded.push(("OFFLOAD_JIT_WORKER", worker.display().to_string()));
+    let (third, _) = run_which(&imgs[0].0, &scratch.join("3"), &upgraded);
+    assert_eq!(third["jit"]["compiles"], 1, "{third}");
+    assert_eq!(third["jit"]["disk_hits"], 0, "{third}");
+    let (fourth, _) = run_which(&imgs[0].0, &scratch.join("4"), &upgraded);
+    assert_eq!(fourth["jit"]["disk_hits"], 1, "{fourth}");
+
     let info = offload_env(&["info", "--json"], &env);
     let info: Value = serde_json::from_slice(&info.stdout).unwrap();
-    assert_eq!(info["jit"]["disk_cache"]["entries"], 4, "{info}");
+    assert_eq!(info["jit"]["disk_cache"]["entries"], 5, "{info}");
     assert_eq!(info["jit"]["disk_cache"]["mode"], "read-write", "{info}");
 
     // The GPU targets' images (PTX or a cubin; an AMD code object) are kept the same way.

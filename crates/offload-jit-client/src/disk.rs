@@ -60,7 +60,7 @@ pub const HEADER: usize = 8 + 4 + 32 + 8;
 pub const TRAILER: usize = 32;
 /// A lock whose modification time has not changed for this long is broken.
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
-/// How often a lock holder refreshes its lock.
+/// How often a lock holder refreshes its lock: a tenth of the staleness time.
 pub const HEARTBEAT: Duration = Duration::from_secs(3);
 /// An entry's recency stamp is refreshed when it is used and older than this.
 pub const STAMP_EVERY: Duration = Duration::from_secs(10);
@@ -418,6 +418,7 @@ pub struct DiskCache {
     stats: Mutex<DiskStats>,
     warned: Mutex<HashSet<String>>,
     written_since_prune: AtomicU64,
+    stale_after: Duration,
 }
 
 /// A held lock: refreshed by a thread until dropped, then removed (if still ours).
@@ -463,7 +464,15 @@ impl DiskCache {
             stats: Mutex::default(),
             warned: Mutex::default(),
             written_since_prune: AtomicU64::new(0),
+            stale_after: STALE_AFTER,
         }
+    }
+
+    /// The same with another staleness time for locks (and a heartbeat of a tenth of it); for
+    /// tests, which cannot wait [`STALE_AFTER`].
+    pub fn with_stale_after(mut self, stale_after: Duration) -> Self {
+        self.stale_after = stale_after;
+        self
     }
 
     /// Its settings.
@@ -742,7 +751,7 @@ impl DiskCache {
                     let now = Instant::now();
                     let stale = match seen {
                         Some((i, s, n, since)) if (i, s, n) == (ino, sec, nsec) => {
-                            now.duration_since(since) >= STALE_AFTER
+                            now.duration_since(since) >= self.stale_after
                         }
                         _ => {
                             seen = Some((ino, sec, nsec, now));
@@ -802,9 +811,10 @@ impl DiskCache {
                 let stop = Arc::new((Mutex::new(false), Condvar::new()));
                 let heartbeat = {
                     let stop = stop.clone();
+                    let every = self.stale_after / 10;
                     std::thread::Builder::new()
                         .name("offload-cache-lock".into())
-                        .spawn(move || heartbeat(f, &stop))
+                        .spawn(move || heartbeat(f, &stop, every))
                         .ok()
                 };
                 Ok(TryLock::Held(LockGuard {
@@ -1047,13 +1057,13 @@ fn check_file(path: &Path, key_hex: &str) -> std::result::Result<String, String>
     decode_entry(&CacheKey(key), &bytes).map(|(label, _)| label)
 }
 
-fn heartbeat(f: File, stop: &(Mutex<bool>, Condvar)) {
+fn heartbeat(f: File, stop: &(Mutex<bool>, Condvar), every: Duration) {
     use std::os::fd::AsRawFd;
     let (lock, cv) = stop;
     let mut done = lock.lock().unwrap_or_else(|p| p.into_inner());
     while !*done {
         let (d, timeout) = cv
-            .wait_timeout(done, HEARTBEAT)
+            .wait_timeout(done, every)
             .unwrap_or_else(|p| p.into_inner());
         done = d;
         if timeout.timed_out() && !*done {
@@ -1354,6 +1364,48 @@ mod tests {
         assert!(t.elapsed() < STALE_AFTER / 2, "{:?}", t.elapsed());
         assert_eq!(cache.stats().locks_broken, 1);
         assert!(!cache.lock_path(&key(4)).exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A lock of a holder on another machine that stopped refreshing it is broken once it
+    /// has not changed for the staleness time; a live holder's lock, refreshed, never is, however
+    /// long its compile takes.
+    #[test]
+    fn locks_are_broken_only_when_they_stop_changing() {
+        let d = dir("heartbeat");
+        let stale = Duration::from_millis(300);
+        let cache = DiskCache::new(config(&d)).with_stale_after(stale);
+        cache.usable().unwrap();
+        std::fs::write(
+            cache.lock_path(&key(5)),
+            format!("{LOCK_MAGIC}\nanother-machine\nns\n1\n1\n"),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let (_, from_disk) = cache
+            .get_or_compile(&key(5), "", || Ok::<_, ()>(output(5)))
+            .unwrap();
+        assert!(!from_disk);
+        assert!(t.elapsed() >= stale, "broken too early: {:?}", t.elapsed());
+        assert_eq!(cache.stats().locks_broken, 1);
+
+        let compiles = AtomicU32::new(0);
+        let a = DiskCache::new(config(&d)).with_stale_after(stale);
+        let b = DiskCache::new(config(&d)).with_stale_after(stale);
+        let slow = || {
+            compiles.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(stale * 4);
+            Ok::<_, ()>(output(6))
+        };
+        std::thread::scope(|s| {
+            let ta = s.spawn(|| a.get_or_compile(&key(6), "", slow).unwrap());
+            std::thread::sleep(Duration::from_millis(30));
+            let tb = s.spawn(|| b.get_or_compile(&key(6), "", slow).unwrap());
+            assert!(!ta.join().unwrap().1);
+            assert!(tb.join().unwrap().1, "the waiter reads the holder's entry");
+        });
+        assert_eq!(compiles.load(Ordering::SeqCst), 1);
+        assert_eq!(b.stats().locks_broken, 0);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -1,0 +1,139 @@
+//! The disk cache's effect on a fresh process, in one run: the time from starting `offload` to
+//! its end, with an empty cache directory (cold: the process starts the JIT worker and compiles)
+//! and with the entry already there (warm: no worker, no LLVM), for host, nvptx64 and amdgcn
+//! bitcode of the same saxpy kernel. Host: `offload run` (a finished kernel). nvptx64 and
+//! amdgcn: `offload jit` (the image the CUDA or AMD plugin would load: a cubin when `ptxas` is
+//! on PATH, else PTX; an AMD code object), since this machine may have no GPU to finish a kernel
+//! on. Each time is the median of interleaved cold and warm rounds; `OFFLOAD_BENCH_ROUNDS` sets
+//! their number (7 by default).
+//!
+//!     cargo build --release --workspace && cargo bench -p offload-tests --bench jit_disk_cache
+
+use offload_tests::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs `offload ARGS` with the cache in `dir`; returns the wall time in ms and the JSON.
+fn timed(args: &[&str], dir: &Path) -> (f64, serde_json::Value) {
+    let t = Instant::now();
+    let o = Command::new(offload_bin())
+        .args(args)
+        .env("OFFLOAD_CACHE", "1")
+        .env("OFFLOAD_CACHE_DIR", dir)
+        .env("OFFLOAD_PLUGINS", "host,cuda,amdgpu")
+        .output()
+        .expect("run offload");
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert!(
+        o.status.success(),
+        "offload {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (ms, serde_json::from_slice(&o.stdout).unwrap())
+}
+
+fn main() {
+    let rounds: usize = std::env::var("OFFLOAD_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(7);
+    let scratch = scratch("bench-disk-cache");
+    let host = host_bitcode("saxpy");
+    let nvptx = nvptx_bitcode("saxpy", "sm_90");
+    let amd = amdgcn_bitcode("saxpy", "gfx90a");
+    let out = scratch.join("image.out");
+    let dump = scratch.join("dump");
+    std::fs::create_dir_all(&dump).unwrap();
+    let host_args: Vec<String> = [
+        "run",
+        host.to_str().unwrap(),
+        "--kernel",
+        "saxpy",
+        "--grid",
+        "64",
+        "--block",
+        "256",
+        "--arg",
+        "i32:16384",
+        "--arg",
+        "f32:2",
+        "--arg",
+        "buf:f32:16384:iota",
+        "--arg",
+        "buf:f32:16384:fill=1",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let jit_args = |input: &Path, target: &str, cpu: &str| -> Vec<String> {
+        [
+            "jit",
+            input.to_str().unwrap(),
+            "--target",
+            target,
+            "--cpu",
+            cpu,
+            "-o",
+            out.to_str().unwrap(),
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("host x86-64, offload run (finished kernel)", host_args),
+        (
+            "nvptx64 sm_90, offload jit (loadable image)",
+            jit_args(&nvptx, NVPTX, "sm_90"),
+        ),
+        (
+            "amdgcn gfx90a, offload jit (code object)",
+            jit_args(&amd, "amdgcn-amd-amdhsa", "gfx90a"),
+        ),
+    ];
+    println!(
+        "JIT disk cache: a fresh `offload` process, cold (empty cache: worker + compile) and warm \
+         (entry on disk: no worker, no LLVM); median of {rounds} interleaved rounds"
+    );
+    println!(
+        "{:<46} {:>10} {:>10} {:>11}  warm process",
+        "case", "cold", "warm", "warm/cold"
+    );
+    for (label, args) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (mut cold, mut warm) = (Vec::new(), Vec::new());
+        let warm_dir = scratch.join(format!("warm-{}", label.len()));
+        let _ = std::fs::remove_dir_all(&warm_dir);
+        timed(&args, &warm_dir); // fills it
+        let mut last = serde_json::Value::Null;
+        for r in 0..rounds {
+            let cold_dir = scratch.join(format!("cold-{r}"));
+            let _ = std::fs::remove_dir_all(&cold_dir);
+            cold.push(timed(&args, &cold_dir).0);
+            let _ = std::fs::remove_dir_all(&cold_dir);
+            let (ms, json) = timed(&args, &warm_dir);
+            warm.push(ms);
+            last = json;
+        }
+        // What the warm process did (served from the disk, started no worker).
+        let how = if args[0] == "run" {
+            format!(
+                "disk hits {}, compiles {}, worker started: {}",
+                last["jit"]["disk_hits"], last["jit"]["compiles"], last["jit"]["worker_started"]
+            )
+        } else {
+            format!("served: {}", last["served"])
+        };
+        let (c, w) = (median(cold), median(warm));
+        println!("{label:<46} {c:>8.1}ms {w:>8.1}ms {:>10.3}x  {how}", w / c);
+    }
+}
