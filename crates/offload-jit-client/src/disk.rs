@@ -1290,6 +1290,17 @@ mod tests {
             assert!(cache.stats().errors >= 1);
         }
         let _ = std::fs::remove_file(&file);
+        // A directory that goes away after it was found usable: the lock and the write fail,
+        // the compile does not.
+        let gone = dir("gone");
+        let cache = DiskCache::new(config(&gone));
+        cache.usable().unwrap();
+        std::fs::remove_dir_all(&gone).unwrap();
+        let (out, from_disk) = cache
+            .get_or_compile(&key(2), "", || Ok::<_, ()>(output(2)))
+            .unwrap();
+        assert!(!from_disk && same(&out, &output(2)));
+        assert_eq!(cache.stats().errors, 2, "{:?}", cache.stats()); // the lock, the write
     }
 
     #[test]
