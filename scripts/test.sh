@@ -45,7 +45,7 @@ run_group() {
 run_group core    -p offload-core -p offload
 run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation) | binary(jit_disk_cache)'
 run_group layer   -p plugin-common
-run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory) | binary(hostile) | binary(host_work_groups) | binary(host_barrier_regions)'
+run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory) | binary(hostile) | binary(host_work_groups) | binary(host_barrier_regions) | binary(diagnostics)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
 # The CUDA GPU tests are #[ignore]d; they run where `offload info` lists a CUDA device.
 cuda_state=$(target/debug/offload info --json 2>/dev/null | python3 -c '

@@ -522,3 +522,31 @@ fn random_loop_kernels_give_the_same_results_with_implicit_barriers() {
         compare(seed, &so, &bc, &kernels, &c);
     }
 }
+
+/// A kernel with more loops than the JIT gives implicit barriers to keeps the plain loop nest
+/// (hundreds of regions made LLVM's optimiser take tens of seconds), and its results.
+#[test]
+fn kernels_with_many_loops_keep_the_plain_loop_nest() {
+    let mut src = String::from("#include \"offload_kernel.h\"\n");
+    src.push_str("OFFLOAD_KERNEL void many(const unsigned *in, unsigned *out, int n) {\n");
+    src.push_str(
+        "  unsigned t = offload_thread_id(0), b = offload_block_id(0), B = offload_block_dim(0);\n",
+    );
+    src.push_str("  unsigned v = in[(b * B + t) % (unsigned)n];\n");
+    for l in 0..12 {
+        src.push_str(&format!(
+            "  for (unsigned i = 0; i < (unsigned)n % {m}u + 2u; ++i) v += in[(v + i * {l}u + t) % (unsigned)n] * {k}u;\n",
+            m = l + 3,
+            k = 2 * l + 1
+        ));
+    }
+    src.push_str("  out[b * B + t] = v;\n}\n");
+    let (so, bc, jitted, c) = build(1, "many-loops", &src);
+    assert!(has_symbol(&jitted, "__offload_wg_many"));
+    assert!(
+        !has_symbol(&jitted, "__offload_wgf_many"),
+        "12 loops got implicit barriers (source: {})",
+        c.display()
+    );
+    compare(1, &so, &bc, &[("many".to_string(), 0)], &c);
+}

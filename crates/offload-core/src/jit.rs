@@ -773,7 +773,7 @@ pub mod protocol {
     use std::io::{Read, Write};
 
     /// Bumped whenever a payload changes; client and worker must agree.
-    pub const VERSION: u32 = 1;
+    pub const VERSION: u32 = 2;
     /// Worker → client, first frame: version, LLVM version, engine version, pid.
     pub const HELLO: u8 = 1;
     /// Client → worker: compile one image.
@@ -941,6 +941,9 @@ pub mod protocol {
         pub compile_ns: u64,
         /// Most compiles the worker ran at once while this one ran (including it).
         pub concurrency: u32,
+        /// The compile's phases (parse, optimise, code generation, post-processing), each
+        /// `(name, start, duration)` in nanoseconds from the compile's start.
+        pub phases: Vec<(String, u64, u64)>,
     }
 
     /// The [`RESULT`] payload.
@@ -950,6 +953,10 @@ pub mod protocol {
             Ok(o) => {
                 w.u8(0).u64(o.compile_ns).u32(o.concurrency);
                 o.output.encode(&mut w);
+                w.u64(o.phases.len() as u64);
+                for (name, start, dur) in &o.phases {
+                    w.str(name).u64(*start).u64(*dur);
+                }
             }
             Err(e) => {
                 w.u8(1);
@@ -964,11 +971,22 @@ pub mod protocol {
     pub fn decode_result(b: &[u8]) -> Result<Result<WorkerOutput>> {
         let mut r = Reader::new(b, "JIT compile result");
         let out = match r.u8()? {
-            0 => Ok(WorkerOutput {
-                compile_ns: r.u64()?,
-                concurrency: r.u32()?,
-                output: CompileOutput::decode(&mut r)?,
-            }),
+            0 => {
+                let compile_ns = r.u64()?;
+                let concurrency = r.u32()?;
+                let output = CompileOutput::decode(&mut r)?;
+                let n = r.u64()?;
+                let mut phases = Vec::new();
+                for _ in 0..n {
+                    phases.push((r.str()?, r.u64()?, r.u64()?));
+                }
+                Ok(WorkerOutput {
+                    compile_ns,
+                    concurrency,
+                    output,
+                    phases,
+                })
+            }
             1 => Err(decode_error(&mut r)?),
             v => {
                 return Err(Error::System(format!(

@@ -23,6 +23,7 @@
 pub mod abi;
 pub mod bitcode;
 pub mod container;
+pub mod diag;
 pub mod elf_dyn;
 pub mod env;
 pub mod error;

@@ -696,6 +696,7 @@ impl DiskCache {
         match write_atomically(&self.entry_path(key), &bytes) {
             Ok(()) => {
                 self.count(|s| s.writes += 1);
+                tracing::info!(target: "offload::jit", "disk cache: stored {} ({} bytes)", key.short(), bytes.len());
                 let written = self
                     .written_since_prune
                     .fetch_add(bytes.len() as u64, Ordering::Relaxed)
@@ -911,6 +912,13 @@ impl DiskCache {
         }
         self.written_since_prune.store(0, Ordering::Relaxed);
         let _ = write_atomically(&self.dir().join(PRUNE_STAMP), b"");
+        let _activity = offload_core::diag::activity(format!(
+            "pruning the JIT disk cache {}",
+            self.dir().display()
+        ));
+        let _span = tracing::info_span!(target: "offload::jit", "disk cache prune",
+            "prune the disk cache {}", self.dir().display())
+        .entered();
         let files = self
             .scan()
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
@@ -946,6 +954,14 @@ impl DiskCache {
         }
         report.bytes_left = total;
         self.count(|s| s.pruned += report.deleted);
+        tracing::info!(
+            target: "offload::jit",
+            "disk cache pruned: {} entries ({} bytes) deleted, {} entries ({} bytes) left",
+            report.deleted,
+            report.freed,
+            report.entries_left,
+            report.bytes_left
+        );
         Ok(report)
     }
 

@@ -321,6 +321,18 @@ impl JitClient {
                 request.target.cpu
             )
         };
+        let _span = tracing::info_span!(
+            target: "offload::jit",
+            "jit request",
+            key = %key.short(),
+            bytes = request.image.len(),
+            "image {} ({} bytes) for {} {}",
+            key.short(),
+            request.image.len(),
+            request.target.triple,
+            request.target.cpu
+        )
+        .entered();
         let (image, served) = self.cache.get_or_produce(key, || {
             let compile = || -> std::result::Result<CompileOutput, CompileError> {
                 let payload = protocol::encode_compile(
@@ -329,6 +341,23 @@ impl JitClient {
                     &config.options,
                     request.image,
                 );
+                let _activity = offload_core::diag::activity(format!(
+                    "compiling {}-byte image {} for {} {}",
+                    request.image.len(),
+                    key.short(),
+                    request.target.triple,
+                    request.target.cpu
+                ));
+                let _span = tracing::info_span!(
+                    target: "offload::jit",
+                    "compile",
+                    key = %key.short(),
+                    "compile image {} for {} {}",
+                    key.short(),
+                    request.target.triple,
+                    request.target.cpu
+                )
+                .entered();
                 Ok(match self.backend()? {
                     Backend::Worker(s) => match s.compile(&payload, &describe) {
                         Ok(o) => o.output,
@@ -337,7 +366,11 @@ impl JitClient {
                             return Err(CompileError { error, remember });
                         }
                     },
-                    Backend::InProcess(lib) => lib.compile(&payload)??.output,
+                    Backend::InProcess(lib) => {
+                        let out = lib.compile(&payload)??;
+                        report_phases(std::process::id(), &out);
+                        out.output
+                    }
                 })
             };
             // The disk before any worker is started.
@@ -359,6 +392,24 @@ impl JitClient {
             }
             Ok((output, from_disk))
         })?;
+        tracing::info!(
+            target: "offload::jit",
+            key = %key.short(),
+            "image {} for {} {}: {}",
+            key.short(),
+            request.target.triple,
+            request.target.cpu,
+            match served {
+                Served::MemoryHit => "found in memory".to_string(),
+                Served::DiskHit => "read from the disk cache".to_string(),
+                Served::SharedCompile => "another thread's compile, waited for".to_string(),
+                Served::Compiled => format!(
+                    "compiled in {:.3} ms ({} bytes)",
+                    image.compile_time.as_secs_f64() * 1e3,
+                    image.bytes.len()
+                ),
+            }
+        );
         Ok(JitOutput { image, served })
     }
 
@@ -408,6 +459,30 @@ impl JitClient {
             client: self.clone(),
             name: requester.to_string(),
         })
+    }
+}
+
+/// Puts the phases of a compile that just ended on the trace: `pid`'s track, placed from the
+/// compile's length as the worker measured it (it ended now).
+pub(crate) fn report_phases(pid: u32, out: &protocol::WorkerOutput) {
+    if !tracing::enabled!(target: "offload::jit", tracing::Level::DEBUG) {
+        return;
+    }
+    let end = std::time::Instant::now();
+    let start = end
+        .checked_sub(std::time::Duration::from_nanos(out.compile_ns))
+        .unwrap_or(end);
+    for (phase, at, dur) in &out.phases {
+        let ts = offload_core::diag::micros(start + std::time::Duration::from_nanos(*at));
+        tracing::debug!(
+            target: "offload::jit",
+            worker_pid = pid,
+            phase = %phase,
+            phase_ts_us = ts,
+            phase_dur_us = *dur as f64 / 1e3,
+            "compile phase {phase}: {:.3} ms",
+            *dur as f64 / 1e6
+        );
     }
 }
 

@@ -343,8 +343,16 @@ impl Supervisor {
         }
         let settings = self.settings.clone();
         let deaths = self.deaths.clone();
+        let t = std::time::Instant::now();
         let worker = self.on_spawner_thread(move || start(&settings, deaths))??;
         self.starts.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            target: "offload::jit",
+            path = %self.settings.path.display(),
+            "JIT worker started (pid {}, {:.3} ms)",
+            worker.pid,
+            t.elapsed().as_secs_f64() * 1e3
+        );
         *current = Some(worker.clone());
         Ok(worker)
     }
@@ -363,7 +371,10 @@ impl Supervisor {
             })?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             match self.run_on(&worker, id, payload) {
-                Ok(Ok(out)) => return Ok(out),
+                Ok(Ok(out)) => {
+                    crate::report_phases(worker.pid, &out);
+                    return Ok(out);
+                }
                 Ok(Err(e)) => return Err(WorkerFailure::Compile(e)),
                 Err(death) => {
                     if death.culprit() == Some(id) {
@@ -831,6 +842,7 @@ fn read_results(
     let clean_exit = matches!(&status, Ok(s) if s.success()) && protocol_error.is_none();
     if !clean_exit {
         deaths.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(target: "offload::jit", "JIT worker (pid {}) died: {status_text}", worker.pid);
     }
     let death = Death {
         pid: worker.pid,

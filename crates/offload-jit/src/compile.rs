@@ -316,6 +316,7 @@ pub fn compile(
         Error::InvalidImage(format!("{what}: {kind}: {e}"))
     })?;
 
+    crate::phases::mark("parse");
     let module_triple = module.get_triple().as_str().to_string_lossy().into_owned();
     if module_triple.is_empty() {
         // Like `llc -mtriple`: a module without a triple is compiled for the device's.
@@ -359,6 +360,11 @@ pub fn compile(
             ))
         })?;
     }
+    crate::phases::mark(if work_groups {
+        "verify, work-group functions"
+    } else {
+        "verify"
+    });
     if let Some(out) = &options.pre_opt_ir {
         out.write(module.print_to_string().to_bytes())?;
     }
@@ -373,6 +379,7 @@ pub fn compile(
                 Error::CompileFailure(format!("optimisation failed: {}", e.to_string_lossy()))
             })?;
     }
+    crate::phases::mark("optimize");
     if let Some(out) = &options.post_opt_ir {
         out.write(module.print_to_string().to_bytes())?;
     }
@@ -390,6 +397,7 @@ pub fn compile(
     let out = tm.write_to_memory_buffer(&module, file_type).map_err(|e| {
         Error::CompileFailure(format!("code generation failed: {}", e.to_string_lossy()))
     })?;
+    crate::phases::mark("codegen");
     if !diagnostics.0.is_empty() {
         return Err(Error::CompileFailure(diagnostics.0.join("; ")));
     }

@@ -16,6 +16,7 @@
 
 pub mod compile;
 pub mod ffi;
+pub mod phases;
 pub mod postprocess;
 pub mod serve;
 mod target_info;
@@ -56,8 +57,14 @@ pub fn compile_request(request: &WorkerRequest<'_>) -> Result<CompileOutput> {
         &request.options,
         work_groups,
     )?;
+    let bytes = postprocess::run(&request.post, generated.bytes, request.options.opt_level)?;
+    match request.post {
+        offload_core::jit::PostProcess::Unchanged => {}
+        offload_core::jit::PostProcess::Ptxas { .. } => phases::mark("ptxas"),
+        _ => phases::mark("link"),
+    }
     Ok(CompileOutput {
-        bytes: postprocess::run(&request.post, generated.bytes, request.options.opt_level)?,
+        bytes,
         signatures: generated.signatures,
     })
 }

@@ -150,6 +150,7 @@ pub fn handle(payload: &[u8]) -> Vec<u8> {
         {
             rendezvous(n)?;
         }
+        crate::phases::begin();
         std::panic::catch_unwind(|| compile_request(&request)).unwrap_or_else(|p| {
             let text = p
                 .downcast_ref::<&str>()
@@ -161,10 +162,12 @@ pub fn handle(payload: &[u8]) -> Vec<u8> {
             )))
         })
     });
+    let phases = crate::phases::take();
     let result = result.map(|output| WorkerOutput {
         output,
         compile_ns: started.elapsed().as_nanos() as u64,
         concurrency: PEAK.load(Ordering::SeqCst),
+        phases,
     });
     RUNNING.fetch_sub(1, Ordering::SeqCst);
     protocol::encode_result(&result)

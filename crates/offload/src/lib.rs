@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod diagnostics;
 mod discovery;
 mod runtime;
 

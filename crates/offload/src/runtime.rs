@@ -202,6 +202,7 @@ impl Runtime {
     /// plugin name that no file has) is an error naming the variable. A plugin that cannot be
     /// loaded is kept as a failed slot with its reason.
     pub fn from_env() -> Result<Runtime> {
+        crate::diagnostics::init(None)?;
         let dirs = discovery::default_plugin_dirs()?;
         let filter = discovery::plugin_filter()?;
         let rt = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
@@ -229,6 +230,9 @@ impl Runtime {
     /// Discovers plugins in `dirs`; with `only`, loads just the plugins of those names.
     pub fn with_plugin_dirs(dirs: &[PathBuf], only: Option<&[String]>) -> Runtime {
         let mut notes = Vec::new();
+        if let Err(e) = crate::diagnostics::init(None) {
+            notes.push(format!("diagnostics are off: {e}"));
+        }
         // The JIT worker is looked for next to the plugins.
         jit_client().add_search_dirs(dirs);
         let (found, shadowed) = discovery::find_plugins(dirs);
@@ -256,7 +260,27 @@ impl Runtime {
                 },
                 None => PluginSlot::open(f.name, f.path),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        for slot in &slots {
+            match &slot.state {
+                SlotState::Loaded {
+                    plugin, uses_jit, ..
+                } => tracing::info!(
+                    target: "offload::plugin",
+                    path = %slot.path.display(),
+                    abi = %format!("{}.{}", plugin.abi_version().0, plugin.abi_version().1),
+                    "plugin '{}' loaded{}",
+                    slot.name,
+                    if *uses_jit { " (uses the JIT)" } else { "" }
+                ),
+                SlotState::Failed(e) => tracing::info!(
+                    target: "offload::plugin",
+                    path = %slot.path.display(),
+                    "plugin '{}' not loaded: {e}",
+                    slot.name
+                ),
+            }
+        }
         Runtime { slots, notes }
     }
 
@@ -302,7 +326,29 @@ impl Runtime {
     /// that can run them (for a container: some entry of it). The first device that accepts
     /// the image wins.
     pub fn route(&self, image: &[u8]) -> Result<Device> {
+        let _span =
+            tracing::info_span!(target: "offload::image", "route", bytes = image.len()).entered();
+        let routed = self.route_inner(image);
+        match &routed {
+            Ok(d) => {
+                tracing::info!(target: "offload::image", "{}-byte image routed to {d}", image.len())
+            }
+            Err(e) => {
+                tracing::info!(target: "offload::image", "{}-byte image not routed: {e}", image.len())
+            }
+        }
+        routed
+    }
+
+    fn route_inner(&self, image: &[u8]) -> Result<Device> {
         if let Some(c) = offload_core::container::parse(image)? {
+            tracing::info!(
+                target: "offload::image",
+                "a {} holding {} image(s): {}",
+                c.format,
+                c.entries.len(),
+                c.entries.iter().map(|e| format!("{} ({} bytes)", e.label(), e.bytes.len())).collect::<Vec<_>>().join(", ")
+            );
             let what = format!(
                 "runs this {} ({} image{})",
                 c.format,
@@ -311,7 +357,9 @@ impl Runtime {
             );
             return self.route_by_asking(image, &what);
         }
-        let info = match classify(image)? {
+        let kind = classify(image)?;
+        tracing::info!(target: "offload::image", "classified as {}", kind.describe());
+        let info = match kind {
             ImageKind::Elf(info) => info,
             ImageKind::Bitcode { .. } | ImageKind::LlvmIr => return self.route_jit_input(image),
             other => {
@@ -377,9 +425,13 @@ impl Runtime {
             match slot.pick_device(image) {
                 Ok(device) => return Ok(device),
                 Err(e @ Error::NoDevice(_)) => {
+                    tracing::info!(target: "offload::plugin", "plugin '{}' has no device for it: {e}", slot.name);
                     no_device.get_or_insert(e);
                 }
-                Err(e) => reasons.push(format!("{}: {}", slot.name, e.message())),
+                Err(e) => {
+                    tracing::info!(target: "offload::plugin", "plugin '{}' refuses it: {}", slot.name, e.message());
+                    reasons.push(format!("{}: {}", slot.name, e.message()))
+                }
             }
         }
         // A plugin that can run the image but has no device is the answer users need, with
@@ -503,16 +555,26 @@ impl Device {
 
     /// Loads an image; it is unloaded when the [`Program`] is dropped.
     pub fn load(&self, image: &[u8]) -> Result<Program> {
+        let _span = tracing::info_span!(
+            target: "offload::image",
+            "image load",
+            device = %self,
+            bytes = image.len(),
+            "load a {}-byte image on {self}", image.len()
+        )
+        .entered();
         let handle = self.inner.load_image(image)?;
         Ok(Program {
             device: self.clone(),
             handle,
+            names: Mutex::default(),
         })
     }
 
     /// Allocates device memory, freed when the [`DeviceBuffer`] is dropped.
     pub fn alloc_buffer(&self, size: u64) -> Result<DeviceBuffer> {
         let ptr = self.inner.alloc(size, MemoryKind::Device)?;
+        tracing::info!(target: "offload::memory", device = %self, "allocated {size} bytes at {ptr} on {self}");
         Ok(DeviceBuffer {
             device: self.inner.clone(),
             ptr,
@@ -526,6 +588,8 @@ impl Device {
 pub struct Program {
     device: Device,
     handle: ProgramHandle,
+    /// Kernel names by handle, for diagnostics.
+    names: Mutex<HashMap<u64, String>>,
 }
 
 impl Program {
@@ -542,11 +606,25 @@ impl Program {
     /// Looks up a kernel. The [`Kernel`] is bound to this program: launching it through
     /// another program is an error.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let handle = self.device.inner.kernel(self.handle, name)?;
+        self.names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(handle.0, name.to_string());
         Ok(Kernel {
-            handle: self.device.inner.kernel(self.handle, name)?,
+            handle,
             program: self.handle,
             device: self.device.identity(),
         })
+    }
+
+    fn kernel_name(&self, k: KernelHandle) -> String {
+        self.names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&k.0)
+            .cloned()
+            .unwrap_or_else(|| format!("{:#x}", k.0))
     }
 
     /// Launches a kernel of this program synchronously.
@@ -565,6 +643,23 @@ impl Program {
                 self.device
             )));
         }
+        let _span = tracing::info_span!(
+            target: "offload::launch",
+            "kernel launch",
+            kernel = %self.kernel_name(kernel.handle),
+            device = %self.device,
+            grid = ?dims.grid,
+            block = ?dims.block,
+            shared_mem = dims.shared_mem_bytes,
+            args = ?args,
+            "kernel '{}' on {}, grid {}x{}x{}, block {}x{}x{}, {} bytes of dynamic shared memory",
+            self.kernel_name(kernel.handle),
+            self.device,
+            dims.grid[0], dims.grid[1], dims.grid[2],
+            dims.block[0], dims.block[1], dims.block[2],
+            dims.shared_mem_bytes
+        )
+        .entered();
         self.device.inner.launch(kernel.handle, dims, args, None)
     }
 }
@@ -627,18 +722,25 @@ impl DeviceBuffer {
     /// Copies `data` to the start of the buffer.
     pub fn write(&self, data: &[u8]) -> Result<()> {
         self.check_len(data.len(), "write")?;
+        let _span = tracing::info_span!(target: "offload::copy", "copy to device",
+            bytes = data.len(), to = %self.ptr, "{} bytes host -> device {}", data.len(), self.ptr)
+        .entered();
         self.device.write(self.ptr, data)
     }
 
     /// Copies the start of the buffer into `out`.
     pub fn read(&self, out: &mut [u8]) -> Result<()> {
         self.check_len(out.len(), "read")?;
+        let _span = tracing::info_span!(target: "offload::copy", "copy to host",
+            bytes = out.len(), from = %self.ptr, "{} bytes device {} -> host", out.len(), self.ptr)
+        .entered();
         self.device.read(out, self.ptr)
     }
 }
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        tracing::info!(target: "offload::memory", "freed {} bytes at {}", self.size, self.ptr);
         let _ = self.device.free(self.ptr);
     }
 }

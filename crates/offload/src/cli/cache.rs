@@ -52,6 +52,11 @@ fn unix(t: SystemTime) -> u64 {
 }
 
 pub fn cache(command: CacheCommand) -> Result<(), Failure> {
+    offload::diagnostics::init(None).map_err(Failure::input)?;
+    let _progress = super::progress::start(matches!(
+        command,
+        CacheCommand::Stats { json: true } | CacheCommand::List { json: true }
+    ));
     let config = DiskConfig::from_env().map_err(Failure::input)?;
     if let Some(note) = &config.note {
         return Err(Failure::Usage(note.clone()));

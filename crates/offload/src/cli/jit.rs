@@ -72,6 +72,8 @@ fn post_process_for(
 }
 
 pub fn jit(a: JitArgs) -> Result<(), Failure> {
+    offload::diagnostics::init(None).map_err(Failure::input)?;
+    let _progress = super::progress::start(a.json);
     let image = offload_core::fs::read_regular(&a.image, "image").map_err(Failure::input)?;
     if !offload_jit_client::is_jit_input(&image) {
         return Err(Failure::Usage(format!(

@@ -6,6 +6,7 @@ mod demo;
 mod info;
 mod jit;
 mod out;
+mod progress;
 mod run;
 
 use clap::{Parser, Subcommand};

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// device's threads).
     #[arg(long, value_parser = args::parse_timeout)]
     timeout: Option<std::time::Duration>,
+    /// Write a Chrome trace-event profile of the run to FILE (as OFFLOAD_PROFILE does; opens
+    /// in Perfetto or chrome://tracing).
+    #[arg(long)]
+    profile: Option<PathBuf>,
 }
 
 struct BufferArg {
@@ -57,6 +61,28 @@ struct BufferArg {
 
 pub fn run(a: RunArgs) -> Result<(), Failure> {
     let total = Instant::now();
+    if let Some(p) = &a.profile
+        && let Some(dir) = std::path::absolute(p)
+            .ok()
+            .and_then(|p| p.parent().map(PathBuf::from))
+            .filter(|d| !d.is_dir())
+    {
+        return Err(Failure::Usage(format!(
+            "--profile '{}': directory '{}' does not exist",
+            p.display(),
+            dir.display()
+        )));
+    }
+    offload::diagnostics::init(a.profile.clone()).map_err(Failure::input)?;
+    let outcome = run_traced(a, total);
+    // The profile is written even when the run failed (it shows how far it got).
+    offload::diagnostics::flush_profile().map_err(|e| Failure::Runtime(e.to_string()))?;
+    outcome
+}
+
+fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
+    let run_span = tracing::info_span!(target: "offload::launch", "total", "offload run").entered();
+    let _progress = super::progress::start(a.json);
     // Everything that can be wrong with the command line or input files is found here,
     // before any device is touched (exit status 2).
     let image = offload_core::fs::read_regular(&a.image, "image").map_err(Failure::input)?;
@@ -84,6 +110,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
 
     let rt = Runtime::from_env().map_err(Failure::input)?;
     let t = Instant::now();
+    let phase = tracing::info_span!(target: "offload::image", "load", "route and load").entered();
     let device = match &a.device {
         Some((name, index)) => rt.device(name, *index)?,
         None => rt
@@ -98,14 +125,17 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         .map_err(|e| e.context(format!("image '{}' on {device}", a.image.display())))?;
     let kernel = program.kernel(&a.kernel)?;
     let load_ms = ms_since(t);
+    drop(phase);
 
     let t = Instant::now();
+    let phase = tracing::info_span!(target: "offload::copy", "copy_in", "copy in").entered();
     for b in &mut buffers {
         let buf = device.alloc_buffer(b.host.len() as u64)?;
         buf.write(&b.host)?;
         b.device = Some(buf);
     }
     let copy_in_ms = ms_since(t);
+    drop(phase);
 
     let mut kernel_args = Vec::with_capacity(a.args.len());
     let mut next_buffer = buffers.iter();
@@ -124,6 +154,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         shared_mem_bytes: a.shared_mem,
     };
     let t = Instant::now();
+    let phase = tracing::info_span!(target: "offload::launch", "launch", "launch").entered();
     let watchdog = a.timeout.map(|limit| {
         let (done, wait) = std::sync::mpsc::channel::<()>();
         let what = format!("launch of '{}' ({dims}) on {device}", a.kernel);
@@ -143,8 +174,10 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         .map_err(|e| e.context(format!("launch of '{}' ({dims}) on {device}", a.kernel)))?;
     drop(watchdog);
     let launch_ms = ms_since(t);
+    drop(phase);
 
     let t = Instant::now();
+    let phase = tracing::info_span!(target: "offload::copy", "copy_out", "copy out").entered();
     for b in &mut buffers {
         b.device
             .as_ref()
@@ -152,6 +185,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             .read(&mut b.host)?;
     }
     let copy_out_ms = ms_since(t);
+    drop(phase);
 
     if let Some(dir) = &a.dump {
         for (i, spec) in a.args.iter().enumerate() {
@@ -174,6 +208,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     }
     drop(program);
     let total_ms = ms_since(total);
+    drop(run_span);
     // What the JIT did for this run (null for plugins without one).
     let jit = match (jit_before, slot.jit_stats()) {
         (Some(b), Some(a)) => Some((

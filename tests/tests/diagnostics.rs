@@ -1,0 +1,384 @@
+//! Diagnostics: the info log (`OFFLOAD_INFO`, alias `LIBOMPTARGET_INFO`), the debug log
+//! (`OFFLOAD_DEBUG`), the profile (`OFFLOAD_PROFILE`, `offload run --profile`) and the progress
+//! line on a terminal.
+
+use offload_tests::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn which_args(image: &Path) -> Vec<String> {
+    [
+        "run",
+        image.to_str().unwrap(),
+        "--kernel",
+        "which",
+        "--grid",
+        "2",
+        "--block",
+        "32",
+        "--arg",
+        "buf:u32:64",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn run(args: &[String], env: &[(&str, &str)]) -> std::process::Output {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    offload(&a, env)
+}
+
+#[test]
+fn the_info_log_shows_routing_the_jit_copies_and_the_launch() {
+    let image = host_bitcode("variant_b");
+    let o = run(&which_args(&image), &[("OFFLOAD_INFO", "all")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    for line in err.lines() {
+        assert!(
+            line.starts_with("offload: info: "),
+            "not an info line: {line}"
+        );
+    }
+    for want in [
+        "offload: info: plugin: plugin 'host' loaded",
+        "offload: info: image: classified as LLVM bitcode",
+        "routed to host:0",
+        "offload: info: jit: JIT worker started",
+        "compiled in",
+        "offload: info: memory: allocated 256 bytes",
+        "offload: info: copy: 256 bytes host -> device",
+        "offload: info: copy: 256 bytes device",
+        "offload: info: launch: kernel 'which' on host:0, grid 2x1x1, block 32x1x1",
+        "arguments [Ptr(",
+    ] {
+        assert!(err.contains(want), "no '{want}' in:\n{err}");
+    }
+    // Upstream's name and bits: 0x10 is launches only (no arguments without 0x01).
+    let o = run(&which_args(&image), &[("LIBOMPTARGET_INFO", "0x10")]);
+    let err = stderr(&o);
+    assert!(err.contains("launch: kernel 'which'"), "{err}");
+    assert!(
+        !err.contains("copy:") && !err.contains("arguments"),
+        "{err}"
+    );
+    // A list of kind names and bits.
+    let o = run(&which_args(&image), &[("OFFLOAD_INFO", "copy, 0x400")]);
+    let err = stderr(&o);
+    assert!(err.contains("copy:") && err.contains("jit:"), "{err}");
+    assert!(!err.contains("launch:"), "{err}");
+    // Off: nothing.
+    let o = run(&which_args(&image), &[]);
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_diagnostics_values_are_one_line_errors_naming_the_variable() {
+    let image = host_bitcode("variant_b");
+    for (var, value) in [
+        ("OFFLOAD_INFO", "lots"),
+        ("LIBOMPTARGET_INFO", "0xZZ"),
+        ("OFFLOAD_INFO", "launch,bogus"),
+        ("OFFLOAD_DEBUG", "very"),
+        ("LIBOMPTARGET_DEBUG", "-3"),
+        ("OFFLOAD_PROFILE", "/no/such/dir/t.json"),
+    ] {
+        for args in [which_args(&image), vec!["info".to_string()]] {
+            let o = run(&args, &[(var, value)]);
+            assert_eq!(o.status.code(), Some(2), "{var}={value}: {}", stderr(&o));
+            let err = stderr(&o);
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains(var) && err.contains(value), "{err}");
+        }
+    }
+}
+
+#[test]
+fn the_debug_log_shows_every_event_and_the_compile_phases() {
+    let image = host_bitcode("variant_a");
+    let o = run(&which_args(&image), &[("OFFLOAD_DEBUG", "1")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    for want in [
+        "offload: debug: [",
+        "compile phase parse",
+        "compile phase optimize",
+        "compile phase codegen",
+        "compile phase link",
+        "launch: kernel 'which' on host:0",
+        "copy: 256 bytes host -> device",
+    ] {
+        assert!(err.contains(want), "no '{want}' in:\n{err}");
+    }
+}
+
+/// Complete events of a trace: (pid, tid, name, start µs, duration µs).
+fn spans(trace: &Value) -> Vec<(u64, u64, String, f64, f64)> {
+    trace["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["tid"].as_u64().unwrap(),
+                e["name"].as_str().unwrap().to_string(),
+                e["ts"].as_f64().unwrap(),
+                e["dur"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn check_nesting(all: &[(u64, u64, String, f64, f64)]) {
+    const EPS: f64 = 2.0; // µs of rounding
+    for a in all {
+        let mut children = 0.0;
+        for b in all {
+            if std::ptr::eq(a, b) || (a.0, a.1) != (b.0, b.1) {
+                continue;
+            }
+            let (a0, a1, b0, b1) = (a.3, a.3 + a.4, b.3, b.3 + b.4);
+            let disjoint = b1 <= a0 + EPS || b0 >= a1 - EPS;
+            let inside = b0 >= a0 - EPS && b1 <= a1 + EPS;
+            let around = a0 >= b0 - EPS && a1 <= b1 + EPS;
+            assert!(
+                disjoint || inside || around,
+                "spans overlap without nesting: {a:?} and {b:?}"
+            );
+            // Direct children: inside a, and inside no other span that is inside a.
+            if inside && !around {
+                let direct = !all.iter().any(|c| {
+                    !std::ptr::eq(c, a)
+                        && !std::ptr::eq(c, b)
+                        && (c.0, c.1) == (a.0, a.1)
+                        && c.3 >= a0 - EPS
+                        && c.3 + c.4 <= a1 + EPS
+                        && b0 >= c.3 - EPS
+                        && b1 <= c.3 + c.4 + EPS
+                        && c.4 > b.4
+                });
+                if direct {
+                    children += b.4;
+                }
+            }
+        }
+        assert!(
+            children <= a.4 + 10.0,
+            "children of {a:?} add up to {children} µs, more than it"
+        );
+    }
+}
+
+#[test]
+fn the_profile_covers_the_runs_timings_and_its_spans_nest() {
+    let image = host_bitcode("variant_a");
+    let dir = scratch("diag-profile");
+    let trace_path = dir.join("t.json");
+    let mut args = which_args(&image);
+    args.extend(["--json", "--profile", trace_path.to_str().unwrap()].map(String::from));
+    let o = run(&args, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace_path).unwrap())
+        .expect("the profile is JSON");
+    assert_eq!(trace["displayTimeUnit"], "ms");
+    let all = spans(&trace);
+    let pid = all
+        .iter()
+        .find(|s| s.2 == "total")
+        .map(|s| s.0)
+        .expect("a total span");
+    for (key, name) in [
+        ("load", "load"),
+        ("copy_in", "copy_in"),
+        ("launch", "launch"),
+        ("copy_out", "copy_out"),
+        ("total", "total"),
+    ] {
+        let want = out["timings_ms"][key].as_f64().unwrap();
+        let got = all
+            .iter()
+            .find(|s| s.0 == pid && s.2 == name)
+            .unwrap_or_else(|| panic!("no '{name}' span in {all:?}"))
+            .4
+            / 1e3;
+        assert!(
+            (got - want).abs() <= want * 0.05 + 0.05,
+            "span '{name}' {got} ms, timings_ms.{key} {want} ms"
+        );
+    }
+    // The JIT's request, its compile and the worker's phases on the worker's own track.
+    for name in [
+        "jit request",
+        "compile",
+        "image load",
+        "kernel launch",
+        "route",
+    ] {
+        assert!(all.iter().any(|s| s.2 == name), "no '{name}' in {all:?}");
+    }
+    let worker: Vec<_> = all.iter().filter(|s| s.0 != pid).collect();
+    let phases: Vec<&str> = worker.iter().map(|s| s.2.as_str()).collect();
+    for p in ["parse", "optimize", "codegen", "link"] {
+        assert!(phases.contains(&p), "no worker phase '{p}' in {phases:?}");
+    }
+    let compile = all.iter().find(|s| s.2 == "compile").unwrap();
+    let phase_sum: f64 = worker.iter().map(|s| s.4).sum();
+    assert!(
+        phase_sum <= compile.4 + 10.0,
+        "worker phases {phase_sum} µs > the compile {} µs",
+        compile.4
+    );
+    check_nesting(&all);
+    let names: Vec<&Value> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "M")
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|e| e["args"]["name"] == "offload-jit-worker"),
+        "{names:?}"
+    );
+
+    // OFFLOAD_PROFILE: the same file, written when the process ends.
+    let env_path = dir.join("env.json");
+    let o = run(
+        &which_args(&image),
+        &[("OFFLOAD_PROFILE", env_path.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&env_path).unwrap()).unwrap();
+    check_nesting(&spans(&trace));
+    assert!(spans(&trace).iter().any(|s| s.2 == "kernel launch"));
+}
+
+/// Runs `offload ARGS` with stderr on a pseudo-terminal; returns what it wrote there.
+fn on_a_terminal(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: two out-parameters; null name, termios and window size are allowed.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: fresh descriptors from openpty, owned here.
+    let (master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    };
+    let mut child = std::process::Command::new(offload_bin())
+        .args(args)
+        .env("OFFLOAD_CACHE", "0")
+        .stderr(std::process::Stdio::from(slave))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut m = master;
+        let mut buf = [0u8; 4096];
+        // Ends with EIO once the child (the last holder of the slave) exits.
+        while let Ok(n) = m.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    });
+    let status = child.wait().unwrap();
+    let out = reader.join().unwrap();
+    (status, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A module whose compile takes a few seconds in the debug build of the worker (150 helper
+/// functions with two loops each, called from one kernel).
+fn slow_module() -> PathBuf {
+    let dir = scratch("diag-progress");
+    let c = dir.join("slow.c");
+    let bc = dir.join("slow.bc");
+    let n = 150;
+    let mut src = String::from("#include \"offload_kernel.h\"\n");
+    for i in 0..n {
+        src.push_str(&format!(
+            "__attribute__((noinline)) static float f{i}(const float *x, int n) {{ float s = 0; \
+             for (int j = 0; j < n; ++j) s += x[j] * {a}.0f + (j % {m}); \
+             for (int j = 0; j < n; j += 2) s -= x[j] / {b}.0f; return s; }}\n",
+            a = i + 1,
+            b = i + 2,
+            m = i % 7 + 2
+        ));
+    }
+    src.push_str(
+        "OFFLOAD_KERNEL void slow(const float *x, float *y, int n) { unsigned i = \
+         offload_global_id_x(); float s = 0;\n",
+    );
+    for i in 0..n {
+        src.push_str(&format!("  s += f{i}(x, n);\n"));
+    }
+    src.push_str("  y[i] = s; }\n");
+    std::fs::write(&c, src).unwrap();
+    let include = repo_root().join("include");
+    clang(&[
+        "-O1",
+        "-fPIC",
+        "-emit-llvm",
+        "-c",
+        "-I",
+        include.to_str().unwrap(),
+        c.to_str().unwrap(),
+        "-o",
+        bc.to_str().unwrap(),
+    ]);
+    bc
+}
+
+#[test]
+fn long_compiles_show_a_progress_line_on_a_terminal_only() {
+    let bc = slow_module();
+    let out = scratch("diag-progress").join("slow.so");
+    let args = [
+        "jit",
+        bc.to_str().unwrap(),
+        "--target",
+        "x86_64-unknown-linux-gnu",
+        "--cpu",
+        "x86-64",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let t = std::time::Instant::now();
+    let (status, tty) = on_a_terminal(&args);
+    let took = t.elapsed();
+    assert!(status.success(), "{tty}");
+    if took < std::time::Duration::from_millis(1500) {
+        panic!("the compile took {took:?}: too short to show progress; make slow_module() slower");
+    }
+    assert!(tty.contains("compiling"), "no progress line: {tty:?}");
+    assert!(tty.contains(" s)"), "no elapsed time: {tty:?}");
+    assert!(tty.ends_with("\r\x1b[K"), "the line is not erased: {tty:?}");
+    // Not a terminal, or --json: no progress.
+    let o = offload(&args, &[("OFFLOAD_CACHE", "0")]);
+    assert!(o.status.success());
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let (status, tty) = on_a_terminal(&json_args);
+    assert!(status.success());
+    assert!(!tty.contains("compiling"), "{tty:?}");
+}
