@@ -382,3 +382,80 @@ fn long_compiles_show_a_progress_line_on_a_terminal_only() {
     assert!(status.success());
     assert!(!tty.contains("compiling"), "{tty:?}");
 }
+
+/// Random values of the diagnostics variables never crash `offload`: it runs, or stops with
+/// one line naming the variable (seeded; `OFFLOAD_TEST_SEED` reruns one).
+#[test]
+fn random_diagnostics_values_are_accepted_or_named() {
+    let seed: u64 = std::env::var("OFFLOAD_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0xd1a9);
+    let mut s = seed;
+    let mut next = || {
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let pieces = [
+        "",
+        "0",
+        "1",
+        "-1",
+        "all",
+        "0x",
+        "0x10",
+        "0xffffffff",
+        "launch",
+        "copy",
+        ",",
+        " ",
+        "jit,",
+        "4294967296",
+        "99999999999999999999",
+        "true",
+        "off",
+        "\u{7f}",
+        "é",
+        "/tmp",
+        "/",
+        "/no/dir/x",
+        "args,0x20",
+    ];
+    let vars = [
+        "OFFLOAD_INFO",
+        "LIBOMPTARGET_INFO",
+        "OFFLOAD_DEBUG",
+        "LIBOMPTARGET_DEBUG",
+        "OFFLOAD_PROFILE",
+    ];
+    let dir = scratch("diag-fuzz");
+    for i in 0..40 {
+        let mut cmd = std::process::Command::new(offload_bin());
+        cmd.arg("info").current_dir(&dir);
+        let mut set = Vec::new();
+        for v in vars {
+            if next() % 2 == 0 {
+                let a = pieces[(next() % pieces.len() as u64) as usize];
+                let b = pieces[(next() % pieces.len() as u64) as usize];
+                let value = format!("{a}{b}");
+                cmd.env(v, &value);
+                set.push(format!("{v}={value:?}"));
+            }
+        }
+        let o = cmd.output().unwrap();
+        let code = o.status.code();
+        assert!(
+            matches!(code, Some(0) | Some(1) | Some(2)),
+            "seed {seed}, case {i} ({set:?}): {code:?}: {}",
+            stderr(&o)
+        );
+        if code == Some(2) {
+            let e = stderr(&o);
+            assert_eq!(e.lines().count(), 1, "seed {seed}, case {i}: {e}");
+            assert!(vars.iter().any(|v| e.contains(v)), "{set:?}: {e}");
+        }
+    }
+}
