@@ -459,3 +459,64 @@ fn random_diagnostics_values_are_accepted_or_named() {
         }
     }
 }
+
+/// Operations on queues and events (the device API below the runtime) are traced, each on its
+/// queue's own track of the profile.
+#[test]
+fn queue_operations_go_on_their_queues_tracks() {
+    use offload::{KernelArg, LaunchDims};
+    let path = scratch("diag-queue").join("q.json");
+    offload::diagnostics::init(Some(path.clone())).unwrap();
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let program = device
+        .load(&std::fs::read(host_kernel("variant_a")).unwrap())
+        .unwrap();
+    let kernel = program.kernel("which").unwrap();
+    let buf = device.alloc_buffer(256).unwrap();
+    let raw = device.raw();
+    let q = raw.queue_create().unwrap();
+    raw.launch(
+        kernel.handle(),
+        &LaunchDims::linear(2, 32),
+        &[KernelArg::Ptr(buf.ptr())],
+        Some(q),
+    )
+    .unwrap();
+    let ev = raw.event_create().unwrap();
+    raw.event_record(ev, q).unwrap();
+    raw.event_synchronize(ev).unwrap();
+    raw.queue_synchronize(q).unwrap();
+    raw.queue_destroy(q).unwrap();
+    offload::diagnostics::flush_profile().unwrap();
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let track = events
+        .iter()
+        .find(|e| e["ph"] == "M" && e["args"]["name"] == format!("queue {}", q.0))
+        .unwrap_or_else(|| panic!("no track for queue {}: {trace}", q.0))["tid"]
+        .as_u64()
+        .unwrap();
+    for name in [
+        "enqueue launch",
+        "event_record",
+        "queue_synchronize",
+        "queue_destroy",
+    ] {
+        let e = events
+            .iter()
+            .find(|e| e["ph"] == "X" && e["name"] == name)
+            .unwrap_or_else(|| panic!("no '{name}' in {trace}"));
+        assert_eq!(e["tid"].as_u64(), Some(track), "{name}: {e}");
+    }
+    let sync = events
+        .iter()
+        .find(|e| e["ph"] == "X" && e["name"] == "event_synchronize")
+        .unwrap();
+    assert_ne!(
+        sync["tid"].as_u64(),
+        Some(track),
+        "waiting is the thread's, not the queue's"
+    );
+    check_nesting(&spans(&trace));
+}

@@ -734,8 +734,9 @@ impl DiskCache {
         loop {
             match self.try_lock(key) {
                 Ok(TryLock::Held(guard)) => {
-                    // Another process may have stored it since the first look.
-                    if waited && let Some(out) = self.get(key) {
+                    // Another process may have stored it (and dropped its lock) since the
+                    // first look.
+                    if let Some(out) = self.get_quiet(key) {
                         return Ok((out, true));
                     }
                     let out = compile()?;

@@ -6,7 +6,9 @@
 //!   kinds on stderr, prefixed `offload: info:`. Bits where upstream has them: `0x01` kernel
 //!   arguments (with launches), `0x10` launches, `0x20` copies; this project's: `0x100` plugins
 //!   (discovery, refusals), `0x200` images (classification, routing, containers), `0x400` the
-//!   JIT (requests, how each was served, the worker), `0x800` memory (allocations, frees).
+//!   JIT (requests, how each was served, the worker), `0x800` memory (allocations, frees),
+//!   `0x1000` queues and events (operations through the device API, each on its queue's
+//!   track in the profile).
 //! - `OFFLOAD_DEBUG` (alias `LIBOMPTARGET_DEBUG`): `0`/`1` or a level (anything above 0 is
 //!   on): every event, span and compile phase, with times and threads, prefixed
 //!   `offload: debug:`.
@@ -40,7 +42,7 @@ pub const ENV_DEBUG: [&str; 2] = ["OFFLOAD_DEBUG", "LIBOMPTARGET_DEBUG"];
 pub const ENV_PROFILE: [&str; 2] = ["OFFLOAD_PROFILE", "LIBOMPTARGET_PROFILE"];
 
 /// The kinds of events, their `OFFLOAD_INFO` bits and names.
-pub const KINDS: [(&str, u32); 7] = [
+pub const KINDS: [(&str, u32); 8] = [
     ("args", 0x01),
     ("launch", 0x10),
     ("copy", 0x20),
@@ -48,6 +50,7 @@ pub const KINDS: [(&str, u32); 7] = [
     ("image", 0x200),
     ("jit", 0x400),
     ("memory", 0x800),
+    ("queue", 0x1000),
 ];
 
 fn kind_bit(target: &str) -> Option<u32> {
@@ -165,6 +168,7 @@ pub fn init(profile: Option<PathBuf>) -> Result<()> {
                         events: Vec::new(),
                         threads: HashMap::new(),
                         workers: Vec::new(),
+                        queues: HashMap::new(),
                     });
                     // SAFETY: registers a plain extern "C" function; no preconditions.
                     unsafe { libc::atexit(flush_at_exit) };
@@ -207,6 +211,12 @@ pub fn flush_profile() -> Result<()> {
             "args": {"name": name}}),
         );
     }
+    for (q, tid) in &p.queues {
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+            "args": {"name": format!("queue {q}")}}),
+        );
+    }
     for w in &p.workers {
         events.push(
             json!({"ph": "M", "name": "process_name", "pid": w, "tid": 0,
@@ -241,6 +251,8 @@ struct Profile {
     threads: HashMap<std::thread::ThreadId, (u64, String)>,
     /// JIT worker pids seen.
     workers: Vec<u64>,
+    /// Queue handle → its track.
+    queues: HashMap<String, u64>,
 }
 
 fn thread_track(p: &mut Profile) -> u64 {
@@ -403,7 +415,14 @@ where
         }
         let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = guard.as_mut() {
-            let tid = thread_track(p);
+            // Operations on a queue go on the queue's track.
+            let tid = match data.fields.get("queue").filter(|q| *q != "0") {
+                Some(q) => {
+                    let n = 1000 + p.queues.len() as u64;
+                    *p.queues.entry(q.to_string()).or_insert(n)
+                }
+                None => thread_track(p),
+            };
             let start = diag::micros(data.start);
             p.events.push(json!({
                 "name": meta.name(),

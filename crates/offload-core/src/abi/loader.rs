@@ -621,6 +621,11 @@ impl GenericDevice for LoadedDevice {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        let _span = queue.map(|q| {
+            tracing::info_span!(target: "offload::queue", "enqueue copy to device", queue = q.0,
+                bytes = len, "queue {:#x}: {len} bytes host -> device {dst}", q.0)
+            .entered()
+        });
         self.call(
             "copy_to_device",
             self.table().copy_to_device,
@@ -636,6 +641,11 @@ impl GenericDevice for LoadedDevice {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        let _span = queue.map(|q| {
+            tracing::info_span!(target: "offload::queue", "enqueue copy to host", queue = q.0,
+                bytes = len, "queue {:#x}: {len} bytes device {src} -> host", q.0)
+            .entered()
+        });
         self.call(
             "copy_from_device",
             self.table().copy_from_device,
@@ -651,6 +661,10 @@ impl GenericDevice for LoadedDevice {
         len: u64,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        let _span = tracing::info_span!(target: "offload::queue", "copy device to device",
+            queue = queue.map_or(0, |q| q.0), bytes = len,
+            "{len} bytes device {src} -> device {dst}")
+        .entered();
         self.call(
             "copy_device_to_device",
             self.table().copy_device_to_device,
@@ -666,6 +680,12 @@ impl GenericDevice for LoadedDevice {
         args: &[KernelArg],
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        let _span = queue.map(|q| {
+            tracing::info_span!(target: "offload::queue", "enqueue launch", queue = q.0,
+                kernel = kernel.0, "queue {:#x}: launch of kernel {:#x}, grid {:?}, block {:?}",
+                q.0, kernel.0, dims.grid, dims.block)
+            .entered()
+        });
         let raw_dims = AbiLaunchDims {
             grid: dims.grid,
             block: dims.block,
@@ -707,10 +727,12 @@ impl GenericDevice for LoadedDevice {
             // SAFETY: checked entry; live out-pointer.
             |f, ctx, err| unsafe { f(ctx, self.dev, &mut out, err) },
         )?;
+        tracing::info!(target: "offload::queue", queue = out, "created queue {out:#x}");
         Ok(QueueHandle(out))
     }
 
     fn queue_synchronize(&self, queue: QueueHandle) -> Result<()> {
+        let _span = tracing::info_span!(target: "offload::queue", "queue_synchronize", queue = queue.0, "synchronize queue {:#x}", queue.0).entered();
         self.call(
             "queue_synchronize",
             self.table().queue_synchronize,
@@ -720,6 +742,7 @@ impl GenericDevice for LoadedDevice {
     }
 
     fn queue_destroy(&self, queue: QueueHandle) -> Result<()> {
+        let _span = tracing::info_span!(target: "offload::queue", "queue_destroy", queue = queue.0, "destroy queue {:#x}", queue.0).entered();
         self.call(
             "queue_destroy",
             self.table().queue_destroy,
@@ -740,6 +763,7 @@ impl GenericDevice for LoadedDevice {
     }
 
     fn event_record(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        let _span = tracing::info_span!(target: "offload::queue", "event_record", queue = queue.0, "record event {:#x} on queue {:#x}", event.0, queue.0).entered();
         self.call(
             "event_record",
             self.table().event_record,
@@ -749,6 +773,7 @@ impl GenericDevice for LoadedDevice {
     }
 
     fn event_wait(&self, event: EventHandle, queue: QueueHandle) -> Result<()> {
+        let _span = tracing::info_span!(target: "offload::queue", "event_wait", queue = queue.0, "queue {:#x} waits for event {:#x}", queue.0, event.0).entered();
         self.call(
             "event_wait",
             self.table().event_wait,
@@ -758,6 +783,7 @@ impl GenericDevice for LoadedDevice {
     }
 
     fn event_synchronize(&self, event: EventHandle) -> Result<()> {
+        let _span = tracing::info_span!(target: "offload::queue", "event_synchronize", "wait for event {:#x}", event.0).entered();
         self.call(
             "event_synchronize",
             self.table().event_synchronize,
