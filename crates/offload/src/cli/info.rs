@@ -189,6 +189,29 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
         ),
         (None, None) => {}
     }
+    let d = &jit["disk_cache"];
+    if let Some(mode) = d["mode"].as_str() {
+        match (mode, d["entries"].as_u64()) {
+            ("off", _) => outln!(
+                "cache    off{}",
+                d["note"]
+                    .as_str()
+                    .map(|n| format!(": {}", printable(n)))
+                    .unwrap_or_default()
+            ),
+            (_, Some(n)) => outln!(
+                "cache    {} ({mode}), {n} entr{}, {} of {} cap",
+                printable(d["dir"].as_str().unwrap_or("?")),
+                if n == 1 { "y" } else { "ies" },
+                human_bytes(d["bytes"].as_u64().unwrap_or(0)),
+                human_bytes(d["max_bytes"].as_u64().unwrap_or(0))
+            ),
+            (_, None) => outln!(
+                "cache    {} ({mode}), not created yet",
+                printable(d["dir"].as_str().unwrap_or("?"))
+            ),
+        }
+    }
     for n in rt.notes() {
         outln!("note: {}", printable(n));
     }
