@@ -246,6 +246,26 @@ pub fn resident_bytes() -> u64 {
     pages * page
 }
 
+/// `offload run IMAGE` of a `which` kernel (kernels/variant_*.c and the like) over 64 work items
+/// (grid 2, block 32) writing into one 64-element `u32` buffer, argument 0.
+pub fn which_run_args(image: &Path) -> Vec<String> {
+    [
+        "run",
+        image.to_str().unwrap(),
+        "--kernel",
+        "which",
+        "--grid",
+        "2",
+        "--block",
+        "32",
+        "--arg",
+        "buf:u32:64",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// Loads `image` on `device`, launches its `which` kernel (kernels/variant_*.c) over 64 work
 /// items writing into `out`, unloads it, and returns what the kernel wrote.
 pub fn run_which(device: &offload::Device, out: &offload::DeviceBuffer, image: &[u8]) -> Vec<u32> {

@@ -98,24 +98,10 @@ fn offload_env(args: &[&str], env: &[(&str, String)]) -> Output {
 /// `offload run --json` of variant_a's bitcode, dumping its output into `dump`.
 fn run_which(image: &Path, dump: &Path, env: &[(&str, String)]) -> (Value, String) {
     std::fs::create_dir_all(dump).unwrap();
-    let o = offload_env(
-        &[
-            "run",
-            image.to_str().unwrap(),
-            "--kernel",
-            "which",
-            "--grid",
-            "2",
-            "--block",
-            "32",
-            "--arg",
-            "buf:u32:64",
-            "--dump",
-            dump.to_str().unwrap(),
-            "--json",
-        ],
-        env,
-    );
+    let mut args = which_run_args(image);
+    args.extend(["--dump", dump.to_str().unwrap(), "--json"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = offload_env(&args, env);
     assert!(o.status.success(), "{}", stderr(&o));
     (serde_json::from_slice(&o.stdout).unwrap(), stderr(&o))
 }

@@ -80,6 +80,12 @@ pub struct JitTarget {
     pub features: String,
 }
 
+/// Variable naming the `ld.lld` that links JIT output (host and AMDGPU images).
+pub const ENV_LLD: &str = "OFFLOAD_LLD";
+/// Where the linker is looked for when [`ENV_LLD`] is unset, in order: LLVM 19's own, then on
+/// `PATH`. The worker runs the first that answers; the JIT client names it in disk-cache keys.
+pub const LLD_CANDIDATES: [&str; 3] = ["/usr/lib/llvm-19/bin/ld.lld", "ld.lld-19", "ld.lld"];
+
 /// What turns the code generator's output into what a device loads. Runs in the worker; its
 /// [`PostProcess::id`] is part of the cache key.
 #[derive(Debug, Clone, PartialEq, Eq)]

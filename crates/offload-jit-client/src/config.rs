@@ -91,6 +91,17 @@ pub enum DiskMode {
     ReadOnly,
 }
 
+impl DiskMode {
+    /// `off`, `read-write` or `read-only`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskMode::Off => "off",
+            DiskMode::ReadWrite => "read-write",
+            DiskMode::ReadOnly => "read-only",
+        }
+    }
+}
+
 /// The disk cache's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiskConfig {

@@ -251,18 +251,23 @@ fn tmp_name(dir: &Path, what: &str) -> PathBuf {
     ))
 }
 
+/// Creates `path`, which must not exist (nor be a link), for writing by its owner only.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// Writes `bytes` to a private temporary file next to `path` and renames it into place.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = tmp_name(dir, name);
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
+        let mut f = create_private(&tmp)?;
         f.write_all(bytes)?;
         drop(f);
         std::fs::rename(&tmp, path)
@@ -798,12 +803,7 @@ impl DiskCache {
     fn try_lock(&self, key: &CacheKey) -> std::io::Result<TryLock> {
         let path = self.lock_path(key);
         let tmp = tmp_name(self.dir(), &format!("{}{LOCK_EXT}", key.hex()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
+        let mut f = create_private(&tmp)?;
         let written = f.write_all(format!("{LOCK_MAGIC}\n{}\n", holder_identity()).as_bytes());
         let linked = written.and_then(|()| std::fs::hard_link(&tmp, &path));
         let _ = std::fs::remove_file(&tmp);

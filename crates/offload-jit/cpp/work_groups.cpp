@@ -292,6 +292,32 @@ Value *field(IRBuilder<> &at, StructType *ctx_type, Value *base, unsigned f, uns
   return at.CreateInBoundsGEP(ctx_type, base, {at.getInt32(0), at.getInt32(f), at.getInt32(d)});
 }
 
+// The heads of the three loops over a block's work items: z in `zb` (entered from `from`), y in
+// `yb`, x in `xb`, each counting from 0, and the thread IDs of the local context `local` set
+// from them. Leaves `b` at the end of `xb`; the caller adds the latches.
+struct ItemLoops {
+  PHINode *x, *y, *z;
+};
+ItemLoops open_item_loops(IRBuilder<> &b, StructType *ctx_type, Value *local, BasicBlock *from,
+                          BasicBlock *zb, BasicBlock *yb, BasicBlock *xb) {
+  Type *i32 = b.getInt32Ty();
+  b.SetInsertPoint(zb);
+  PHINode *z = b.CreatePHI(i32, 2, "z");
+  z->addIncoming(b.getInt32(0), from);
+  b.CreateBr(yb);
+  b.SetInsertPoint(yb);
+  PHINode *y = b.CreatePHI(i32, 2, "y");
+  y->addIncoming(b.getInt32(0), zb);
+  b.CreateBr(xb);
+  b.SetInsertPoint(xb);
+  PHINode *x = b.CreatePHI(i32, 2, "x");
+  x->addIncoming(b.getInt32(0), yb);
+  b.CreateStore(x, field(b, ctx_type, local, 0, 0));
+  b.CreateStore(y, field(b, ctx_type, local, 0, 1));
+  b.CreateStore(z, field(b, ctx_type, local, 0, 2));
+  return {x, y, z};
+}
+
 // ---- kernels without barriers: one loop nest, the kernel inlined ---------------------------
 
 bool make_plain_work_group(const Host &h, Function *k) {
@@ -339,22 +365,7 @@ bool make_plain_work_group(const Host &h, Function *k) {
   b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, gxy), i32), field(b, ctx_type, local, 1, 2));
   b.CreateBr(zbody);
 
-  b.SetInsertPoint(zbody);
-  PHINode *z = b.CreatePHI(i32, 2, "z");
-  z->addIncoming(b.getInt32(0), bbody);
-  b.CreateBr(ybody);
-
-  b.SetInsertPoint(ybody);
-  PHINode *y = b.CreatePHI(i32, 2, "y");
-  y->addIncoming(b.getInt32(0), zbody);
-  b.CreateBr(xbody);
-
-  b.SetInsertPoint(xbody);
-  PHINode *x = b.CreatePHI(i32, 2, "x");
-  x->addIncoming(b.getInt32(0), ybody);
-  b.CreateStore(x, field(b, ctx_type, local, 0, 0));
-  b.CreateStore(y, field(b, ctx_type, local, 0, 1));
-  b.CreateStore(z, field(b, ctx_type, local, 0, 2));
+  auto [x, y, z] = open_item_loops(b, ctx_type, local, bbody, zbody, ybody, xbody);
   CallInst *call = b.CreateCall(k, values);
   call->setCallingConv(k->getCallingConv());
   Value *x1 = b.CreateAdd(x, b.getInt32(1), "x.next", true, true);
@@ -1298,20 +1309,7 @@ bool RegionBuilder::build() {
     b.CreateStore(b.getInt32(0), highest);
     static_assert(DONE == 0xffffffffu, "the and of no work item is all ones");
     b.CreateBr(zbody);
-    b.SetInsertPoint(zbody);
-    PHINode *z = b.CreatePHI(i32, 2, "z");
-    z->addIncoming(b.getInt32(0), start);
-    b.CreateBr(ybody);
-    b.SetInsertPoint(ybody);
-    PHINode *y = b.CreatePHI(i32, 2, "y");
-    y->addIncoming(b.getInt32(0), zbody);
-    b.CreateBr(xbody);
-    b.SetInsertPoint(xbody);
-    PHINode *x = b.CreatePHI(i32, 2, "x");
-    x->addIncoming(b.getInt32(0), ybody);
-    b.CreateStore(x, field(b, ctx_type, local, 0, 0));
-    b.CreateStore(y, field(b, ctx_type, local, 0, 1));
-    b.CreateStore(z, field(b, ctx_type, local, 0, 2));
+    auto [x, y, z] = open_item_loops(b, ctx_type, local, start, zbody, ybody, xbody);
     Value *row = b.CreateAdd(b.CreateMul(b.CreateZExt(z, i64), by64), b.CreateZExt(y, i64));
     Value *item = b.CreateAdd(b.CreateMul(row, bx64), b.CreateZExt(x, i64), "item");
 

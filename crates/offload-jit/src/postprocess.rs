@@ -16,8 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-/// Variable naming the linker to use.
-pub const ENV_LLD: &str = "OFFLOAD_LLD";
+pub use offload_core::jit::ENV_LLD;
 
 /// A linker that answered `--version`.
 #[derive(Debug, Clone)]
@@ -60,7 +59,7 @@ pub fn linker() -> Result<&'static Linker> {
                     ))
                 });
             }
-            let candidates = ["/usr/lib/llvm-19/bin/ld.lld", "ld.lld-19", "ld.lld"];
+            let candidates = offload_core::jit::LLD_CANDIDATES;
             candidates.iter().find_map(|c| probe(c)).ok_or_else(|| {
                 Error::Unsupported(format!(
                     "linking JIT output needs ld.lld from LLVM 19 (tried {}; set {ENV_LLD}); \

@@ -28,14 +28,6 @@ pub enum CacheCommand {
     Prune,
 }
 
-fn mode_name(m: DiskMode) -> &'static str {
-    match m {
-        DiskMode::Off => "off",
-        DiskMode::ReadWrite => "read-write",
-        DiskMode::ReadOnly => "read-only",
-    }
-}
-
 fn age(t: SystemTime) -> String {
     match SystemTime::now().duration_since(t) {
         Ok(d) if d.as_secs() < 120 => format!("{} s ago", d.as_secs()),
@@ -88,7 +80,7 @@ pub fn cache(command: CacheCommand) -> Result<(), Failure> {
                     json!({
                         "dir": dir.display().to_string(),
                         "exists": exists,
-                        "mode": mode_name(mode),
+                        "mode": mode.name(),
                         "max_bytes": config.max_size,
                         "trust": config.trust,
                         "entries": s.entries,
@@ -102,7 +94,7 @@ pub fn cache(command: CacheCommand) -> Result<(), Failure> {
             }
             outln!(
                 "cache    {shown} ({}{})",
-                mode_name(mode),
+                mode.name(),
                 if config.trust { ", trusted" } else { "" }
             );
             if summary.is_none() {

@@ -79,11 +79,7 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 .flatten();
             let stats = disk.stats();
             let disk_json = json!({
-                "mode": match d.mode {
-                    offload_jit_client::DiskMode::Off => "off",
-                    offload_jit_client::DiskMode::ReadWrite => "read-write",
-                    offload_jit_client::DiskMode::ReadOnly => "read-only",
-                },
+                "mode": d.mode.name(),
                 "dir": d.dir.display().to_string(),
                 "max_bytes": d.max_size,
                 "trust": d.trust,
