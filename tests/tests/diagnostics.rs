@@ -4,25 +4,7 @@
 
 use offload_tests::*;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-fn which_args(image: &Path) -> Vec<String> {
-    [
-        "run",
-        image.to_str().unwrap(),
-        "--kernel",
-        "which",
-        "--grid",
-        "2",
-        "--block",
-        "32",
-        "--arg",
-        "buf:u32:64",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
+use std::path::PathBuf;
 
 fn run(args: &[String], env: &[(&str, &str)]) -> std::process::Output {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -32,7 +14,7 @@ fn run(args: &[String], env: &[(&str, &str)]) -> std::process::Output {
 #[test]
 fn the_info_log_shows_routing_the_jit_copies_and_the_launch() {
     let image = host_bitcode("variant_b");
-    let o = run(&which_args(&image), &[("OFFLOAD_INFO", "all")]);
+    let o = run(&which_run_args(&image), &[("OFFLOAD_INFO", "all")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     for line in err.lines() {
@@ -56,7 +38,7 @@ fn the_info_log_shows_routing_the_jit_copies_and_the_launch() {
         assert!(err.contains(want), "no '{want}' in:\n{err}");
     }
     // Upstream's name and bits: 0x10 is launches only (no arguments without 0x01).
-    let o = run(&which_args(&image), &[("LIBOMPTARGET_INFO", "0x10")]);
+    let o = run(&which_run_args(&image), &[("LIBOMPTARGET_INFO", "0x10")]);
     let err = stderr(&o);
     assert!(err.contains("launch: kernel 'which'"), "{err}");
     assert!(
@@ -64,12 +46,12 @@ fn the_info_log_shows_routing_the_jit_copies_and_the_launch() {
         "{err}"
     );
     // A list of kind names and bits.
-    let o = run(&which_args(&image), &[("OFFLOAD_INFO", "copy, 0x400")]);
+    let o = run(&which_run_args(&image), &[("OFFLOAD_INFO", "copy, 0x400")]);
     let err = stderr(&o);
     assert!(err.contains("copy:") && err.contains("jit:"), "{err}");
     assert!(!err.contains("launch:"), "{err}");
     // Off: nothing.
-    let o = run(&which_args(&image), &[]);
+    let o = run(&which_run_args(&image), &[]);
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
 }
 
@@ -84,7 +66,7 @@ fn bad_diagnostics_values_are_one_line_errors_naming_the_variable() {
         ("LIBOMPTARGET_DEBUG", "-3"),
         ("OFFLOAD_PROFILE", "/no/such/dir/t.json"),
     ] {
-        for args in [which_args(&image), vec!["info".to_string()]] {
+        for args in [which_run_args(&image), vec!["info".to_string()]] {
             let o = run(&args, &[(var, value)]);
             assert_eq!(o.status.code(), Some(2), "{var}={value}: {}", stderr(&o));
             let err = stderr(&o);
@@ -97,7 +79,7 @@ fn bad_diagnostics_values_are_one_line_errors_naming_the_variable() {
 #[test]
 fn the_debug_log_shows_every_event_and_the_compile_phases() {
     let image = host_bitcode("variant_a");
-    let o = run(&which_args(&image), &[("OFFLOAD_DEBUG", "1")]);
+    let o = run(&which_run_args(&image), &[("OFFLOAD_DEBUG", "1")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     for want in [
@@ -177,7 +159,7 @@ fn the_profile_covers_the_runs_timings_and_its_spans_nest() {
     let image = host_bitcode("variant_a");
     let dir = scratch("diag-profile");
     let trace_path = dir.join("t.json");
-    let mut args = which_args(&image);
+    let mut args = which_run_args(&image);
     args.extend(["--json", "--profile", trace_path.to_str().unwrap()].map(String::from));
     let o = run(&args, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -249,7 +231,7 @@ fn the_profile_covers_the_runs_timings_and_its_spans_nest() {
     // OFFLOAD_PROFILE: the same file, written when the process ends.
     let env_path = dir.join("env.json");
     let o = run(
-        &which_args(&image),
+        &which_run_args(&image),
         &[("OFFLOAD_PROFILE", env_path.to_str().unwrap())],
     );
     assert!(o.status.success(), "{}", stderr(&o));

@@ -321,16 +321,14 @@ impl JitClient {
                 request.target.cpu
             )
         };
-        let _span = tracing::info_span!(
+        // (At debug level: the info log has the outcome below instead.)
+        let _span = tracing::debug_span!(
             target: "offload::jit",
             "jit request",
             key = %key.short(),
             bytes = request.image.len(),
-            "image {} ({} bytes) for {} {}",
-            key.short(),
-            request.image.len(),
-            request.target.triple,
-            request.target.cpu
+            "{}",
+            describe()
         )
         .entered();
         let (image, served) = self.cache.get_or_produce(key, || {
@@ -341,21 +339,13 @@ impl JitClient {
                     &config.options,
                     request.image,
                 );
-                let _activity = offload_core::diag::activity(format!(
-                    "compiling {}-byte image {} for {} {}",
-                    request.image.len(),
-                    key.short(),
-                    request.target.triple,
-                    request.target.cpu
-                ));
+                let _activity = offload_core::diag::activity(format!("compiling {}", describe()));
                 let _span = tracing::info_span!(
                     target: "offload::jit",
                     "compile",
                     key = %key.short(),
-                    "compile image {} for {} {}",
-                    key.short(),
-                    request.target.triple,
-                    request.target.cpu
+                    "compile {}",
+                    describe()
                 )
                 .entered();
                 Ok(match self.backend()? {
@@ -395,10 +385,8 @@ impl JitClient {
         tracing::info!(
             target: "offload::jit",
             key = %key.short(),
-            "image {} for {} {}: {}",
-            key.short(),
-            request.target.triple,
-            request.target.cpu,
+            "{}: {}",
+            describe(),
             match served {
                 Served::MemoryHit => "found in memory".to_string(),
                 Served::DiskHit => "read from the disk cache".to_string(),
@@ -500,10 +488,10 @@ fn find_linker() -> Option<PathBuf> {
                 .find(|p| p.is_file())
         })
     };
-    if let Ok(Some((_, v))) = offload_core::env::raw(&["OFFLOAD_LLD"]) {
+    if let Ok(Some((_, v))) = offload_core::env::raw(&[offload_core::jit::ENV_LLD]) {
         return on_path(&v);
     }
-    ["/usr/lib/llvm-19/bin/ld.lld", "ld.lld-19", "ld.lld"]
+    offload_core::jit::LLD_CANDIDATES
         .iter()
         .find_map(|c| on_path(c))
 }

@@ -23,7 +23,7 @@ use offload_core::diag;
 use offload_core::{Error, Result};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use tracing::field::{Field, Visit};
@@ -123,18 +123,10 @@ impl Settings {
         };
         let profile = match offload_core::env::raw(&ENV_PROFILE)? {
             None => None,
-            Some((name, value)) => {
-                let p = std::path::absolute(PathBuf::from(&value)).map_err(|e| {
-                    Error::InvalidArgument(format!("environment variable {name}='{value}': {e}"))
-                })?;
-                if let Some(dir) = p.parent().filter(|d| !d.is_dir()) {
-                    return Err(Error::InvalidArgument(format!(
-                        "environment variable {name}='{value}': directory '{}' does not exist",
-                        dir.display()
-                    )));
-                }
-                Some(p)
-            }
+            Some((name, value)) => Some(profile_path(
+                Path::new(&value),
+                &format!("environment variable {name}='{value}'"),
+            )?),
         };
         Ok(Settings {
             info,
@@ -148,6 +140,20 @@ impl Settings {
     }
 }
 
+/// `path` made absolute, for a profile: its directory must exist. `what` names where it came
+/// from, for the error.
+fn profile_path(path: &Path, what: &str) -> Result<PathBuf> {
+    let p =
+        std::path::absolute(path).map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))?;
+    if let Some(dir) = p.parent().filter(|d| !d.is_dir()) {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: directory '{}' does not exist",
+            dir.display()
+        )));
+    }
+    Ok(p)
+}
+
 static INSTALLED: OnceLock<std::result::Result<Settings, Error>> = OnceLock::new();
 static PROFILE: Mutex<Option<Profile>> = Mutex::new(None);
 
@@ -157,8 +163,8 @@ pub fn init(profile: Option<PathBuf>) -> Result<()> {
     INSTALLED
         .get_or_init(|| {
             let mut s = Settings::from_env()?;
-            if profile.is_some() {
-                s.profile = profile;
+            if let Some(p) = profile {
+                s.profile = Some(profile_path(&p, &format!("--profile '{}'", p.display()))?);
             }
             if s.any() {
                 diag::epoch();
@@ -185,6 +191,30 @@ pub fn init(profile: Option<PathBuf>) -> Result<()> {
         .as_ref()
         .map(|_| ())
         .map_err(Clone::clone)
+}
+
+/// A phase of the calling thread that its caller measured (`offload run`'s `timings_ms`):
+/// written to the thread's track of the profile and to the debug log with exactly the caller's
+/// times, so the two agree. Returns its length in milliseconds.
+pub fn phase(name: &str, start: Instant, end: Instant) -> f64 {
+    let ms = end.duration_since(start).as_secs_f64() * 1e3;
+    if matches!(INSTALLED.get(), Some(Ok(s)) if s.debug > 0) {
+        debug_line("offload::run", &format!("{name} ({ms:.3} ms)"));
+    }
+    let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = guard.as_mut() {
+        let tid = thread_track(p);
+        p.events.push(json!({
+            "name": name,
+            "cat": "run",
+            "ph": "X",
+            "ts": diag::micros(start),
+            "dur": ms * 1e3,
+            "pid": std::process::id(),
+            "tid": tid,
+        }));
+    }
+    ms
 }
 
 extern "C" fn flush_at_exit() {
@@ -311,9 +341,9 @@ impl Fields {
         Value::Object(m)
     }
 
-    /// The info log's text: the message, and the kernel arguments with their bit (0x01).
-    fn text(&self, info_bits: u32) -> String {
-        let mut s = self.message.clone();
+    /// The info log's text: `message`, and the kernel arguments with their bit (0x01).
+    fn text(&self, message: &str, info_bits: u32) -> String {
+        let mut s = message.to_string();
         if info_bits & 0x01 != 0
             && let Some(args) = self.get("args")
         {
@@ -322,9 +352,9 @@ impl Fields {
         s
     }
 
-    /// The debug log's text: the message and every field.
-    fn all(&self) -> String {
-        let mut s = self.message.clone();
+    /// The debug log's text: `message` and every field.
+    fn all(&self, message: &str) -> String {
+        let mut s = message.to_string();
         for (k, v) in &self.rest {
             s.push_str(&format!(" {k}={v}"));
         }
@@ -400,18 +430,13 @@ where
         } else {
             data.fields.message.clone()
         };
-        let shown = Fields {
-            message: label.clone(),
-            rest: data.fields.rest.clone(),
-        };
         if let Some(kind) = self.info_on(meta.target(), meta.level()) {
-            eprintln!(
-                "offload: info: {kind}: {} ({ms:.3} ms)",
-                shown.text(self.info)
-            );
+            let text = data.fields.text(&label, self.info);
+            eprintln!("offload: info: {kind}: {text} ({ms:.3} ms)");
         }
         if self.debug > 0 {
-            debug_line(meta.target(), &format!("{} ({ms:.3} ms)", shown.all()));
+            let text = data.fields.all(&label);
+            debug_line(meta.target(), &format!("{text} ({ms:.3} ms)"));
         }
         let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = guard.as_mut() {
@@ -473,10 +498,13 @@ where
             return;
         }
         if let Some(kind) = self.info_on(meta.target(), meta.level()) {
-            eprintln!("offload: info: {kind}: {}", fields.text(self.info));
+            eprintln!(
+                "offload: info: {kind}: {}",
+                fields.text(&fields.message, self.info)
+            );
         }
         if self.debug > 0 {
-            debug_line(meta.target(), &fields.all());
+            debug_line(meta.target(), &fields.all(&fields.message));
         }
         let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = guard.as_mut() {

@@ -1,8 +1,9 @@
 //! `offload run IMAGE --kernel NAME ...`
 
+use super::Failure;
 use super::args::{self, ArgSpec};
 use super::out::outln;
-use super::{Failure, ms_since};
+use offload::diagnostics::phase;
 use offload::{DeviceBuffer, KernelArg, LaunchDims, Runtime, ScalarType};
 use offload_core::GenericPlugin;
 use serde_json::json;
@@ -60,19 +61,9 @@ struct BufferArg {
 }
 
 pub fn run(a: RunArgs) -> Result<(), Failure> {
+    // The profile's time origin first, so that the whole run lies after it.
+    offload_core::diag::epoch();
     let total = Instant::now();
-    if let Some(p) = &a.profile
-        && let Some(dir) = std::path::absolute(p)
-            .ok()
-            .and_then(|p| p.parent().map(PathBuf::from))
-            .filter(|d| !d.is_dir())
-    {
-        return Err(Failure::Usage(format!(
-            "--profile '{}': directory '{}' does not exist",
-            p.display(),
-            dir.display()
-        )));
-    }
     offload::diagnostics::init(a.profile.clone()).map_err(Failure::input)?;
     let outcome = run_traced(a, total);
     // The profile is written even when the run failed (it shows how far it got).
@@ -81,7 +72,6 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
 }
 
 fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
-    let run_span = tracing::info_span!(target: "offload::launch", "total", "offload run").entered();
     let _progress = super::progress::start(a.json);
     // Everything that can be wrong with the command line or input files is found here,
     // before any device is touched (exit status 2).
@@ -110,7 +100,6 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
 
     let rt = Runtime::from_env().map_err(Failure::input)?;
     let t = Instant::now();
-    let phase = tracing::info_span!(target: "offload::image", "load", "route and load").entered();
     let device = match &a.device {
         Some((name, index)) => rt.device(name, *index)?,
         None => rt
@@ -124,18 +113,15 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
         .load(&image)
         .map_err(|e| e.context(format!("image '{}' on {device}", a.image.display())))?;
     let kernel = program.kernel(&a.kernel)?;
-    let load_ms = ms_since(t);
-    drop(phase);
+    let load_ms = phase("load", t, Instant::now());
 
     let t = Instant::now();
-    let phase = tracing::info_span!(target: "offload::copy", "copy_in", "copy in").entered();
     for b in &mut buffers {
         let buf = device.alloc_buffer(b.host.len() as u64)?;
         buf.write(&b.host)?;
         b.device = Some(buf);
     }
-    let copy_in_ms = ms_since(t);
-    drop(phase);
+    let copy_in_ms = phase("copy_in", t, Instant::now());
 
     let mut kernel_args = Vec::with_capacity(a.args.len());
     let mut next_buffer = buffers.iter();
@@ -154,7 +140,6 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
         shared_mem_bytes: a.shared_mem,
     };
     let t = Instant::now();
-    let phase = tracing::info_span!(target: "offload::launch", "launch", "launch").entered();
     let watchdog = a.timeout.map(|limit| {
         let (done, wait) = std::sync::mpsc::channel::<()>();
         let what = format!("launch of '{}' ({dims}) on {device}", a.kernel);
@@ -173,19 +158,16 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
         .launch(kernel, &dims, &kernel_args)
         .map_err(|e| e.context(format!("launch of '{}' ({dims}) on {device}", a.kernel)))?;
     drop(watchdog);
-    let launch_ms = ms_since(t);
-    drop(phase);
+    let launch_ms = phase("launch", t, Instant::now());
 
     let t = Instant::now();
-    let phase = tracing::info_span!(target: "offload::copy", "copy_out", "copy out").entered();
     for b in &mut buffers {
         b.device
             .as_ref()
             .expect("allocated above")
             .read(&mut b.host)?;
     }
-    let copy_out_ms = ms_since(t);
-    drop(phase);
+    let copy_out_ms = phase("copy_out", t, Instant::now());
 
     if let Some(dir) = &a.dump {
         for (i, spec) in a.args.iter().enumerate() {
@@ -207,8 +189,7 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
         }
     }
     drop(program);
-    let total_ms = ms_since(total);
-    drop(run_span);
+    let total_ms = phase("total", total, Instant::now());
     // What the JIT did for this run (null for plugins without one).
     let jit = match (jit_before, slot.jit_stats()) {
         (Some(b), Some(a)) => Some((
