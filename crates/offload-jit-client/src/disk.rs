@@ -4,7 +4,7 @@
 //! - **Looked up first.** The client asks the disk before it starts a JIT worker, so a process
 //!   whose images are all cached never starts one and never maps LLVM.
 //! - **Keys.** An entry's key is the in-memory key (image, target, options, post-processing)
-//!   hashed with the *toolchain identity* ([`Toolchain`]: the worker executable's contents, the
+//!   hashed with the *toolchain identity* (`JitClient`'s: the worker executable's contents, the
 //!   LLVM library it loads, the linker or `ptxas` that post-processes) and [`SCHEMA`]; all of it
 //!   is computed without loading LLVM.
 //! - **Entries check themselves.** One file per entry, `<key hex>.entry`: magic, schema, the
@@ -58,10 +58,9 @@ pub const MAGIC: &[u8; 8] = b"OFLDJITC";
 pub const HEADER: usize = 8 + 4 + 32 + 8;
 /// Bytes after the payload: the digest.
 pub const TRAILER: usize = 32;
-/// A lock whose modification time has not changed for this long is broken.
+/// A lock whose modification time has not changed for this long is broken; its holder
+/// refreshes it every tenth of this.
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
-/// How often a lock holder refreshes its lock: a tenth of the staleness time.
-pub const HEARTBEAT: Duration = Duration::from_secs(3);
 /// An entry's recency stamp is refreshed when it is used and older than this.
 pub const STAMP_EVERY: Duration = Duration::from_secs(10);
 /// Automatic pruning runs at most this often per directory.
@@ -149,15 +148,6 @@ enum DirState {
     Usable,
     /// Not used; the reason (already warned about).
     Unusable(String),
-}
-
-/// Identity of the tools that produce an entry, computed without loading LLVM.
-#[derive(Debug, Clone, Default)]
-pub struct Toolchain {
-    /// BLAKE3 of the worker executable (or the in-process engine library).
-    pub engine: [u8; 32],
-    /// The LLVM library the engine loads: its path, size and modification time.
-    pub llvm: String,
 }
 
 /// Identity of a file by its metadata: `path size mtime` (for files too large to hash, whose
@@ -1049,7 +1039,7 @@ enum Kind {
 }
 
 /// A lock or temporary file untouched for [`LEFTOVER_AFTER`]: its process was killed (a live
-/// lock is refreshed every [`HEARTBEAT`], a write takes moments).
+/// lock is refreshed every tenth of [`STALE_AFTER`], a write takes moments).
 fn is_leftover(m: &std::fs::Metadata) -> bool {
     m.modified()
         .ok()

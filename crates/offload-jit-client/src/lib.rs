@@ -149,9 +149,9 @@ impl JitClient {
         &self.disk
     }
 
-    /// The toolchain identity (see [`disk::Toolchain`]): the engine's contents (the worker, or
-    /// the in-process engine library) and the LLVM library's file, computed once, without
-    /// loading LLVM.
+    /// The toolchain identity: the engine's contents (the worker, or the in-process engine
+    /// library) and the LLVM library's file, computed once, without loading LLVM (see
+    /// [`disk`]).
     fn toolchain(&self) -> Option<[u8; 32]> {
         *self.toolchain.get_or_init(|| {
             let config = self.config().ok()?;

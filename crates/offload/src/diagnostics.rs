@@ -53,11 +53,6 @@ pub const KINDS: [(&str, u32); 8] = [
     ("queue", 0x1000),
 ];
 
-fn kind_bit(target: &str) -> Option<u32> {
-    let kind = target.strip_prefix("offload::")?;
-    KINDS.iter().find(|(n, _)| *n == kind).map(|(_, b)| *b)
-}
-
 /// What the environment (or `--profile`) asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Settings {
@@ -373,11 +368,11 @@ struct OffloadLayer {
 }
 
 impl OffloadLayer {
+    /// The kind's name if the info log shows this target's events at this level.
     fn info_on(&self, target: &str, level: &tracing::Level) -> Option<&'static str> {
-        let bit = kind_bit(target)?;
-        (self.info & bit != 0 && *level <= tracing::Level::INFO)
-            .then(|| KINDS.iter().find(|(_, b)| *b == bit).map(|(n, _)| *n))
-            .flatten()
+        let kind = target.strip_prefix("offload::")?;
+        let &(name, bit) = KINDS.iter().find(|(n, _)| *n == kind)?;
+        (self.info & bit != 0 && *level <= tracing::Level::INFO).then_some(name)
     }
 }
 
