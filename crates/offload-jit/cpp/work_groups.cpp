@@ -292,6 +292,38 @@ Value *field(IRBuilder<> &at, StructType *ctx_type, Value *base, unsigned f, uns
   return at.CreateInBoundsGEP(ctx_type, base, {at.getInt32(0), at.getInt32(f), at.getInt32(d)});
 }
 
+// The launch as a work-group function reads it in its entry block: a local copy of the context
+// `block` (whose IDs the function sets), the block's size and the grid's x and y extents.
+struct LaunchShape {
+  AllocaInst *local;
+  Value *bx, *by, *bz; // i32
+  Value *gx, *gy, *gxy; // i64
+};
+LaunchShape read_launch_shape(IRBuilder<> &b, StructType *ctx_type, const DataLayout &dl,
+                              Value *block) {
+  Type *i32 = b.getInt32Ty();
+  Type *i64 = b.getInt64Ty();
+  LaunchShape s;
+  s.local = b.CreateAlloca(ctx_type, nullptr, "ctx");
+  b.CreateMemCpy(s.local, Align(8), block, Align(8), dl.getTypeAllocSize(ctx_type));
+  s.bx = b.CreateLoad(i32, field(b, ctx_type, block, 2, 0), "bx");
+  s.by = b.CreateLoad(i32, field(b, ctx_type, block, 2, 1), "by");
+  s.bz = b.CreateLoad(i32, field(b, ctx_type, block, 2, 2), "bz");
+  s.gx = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 0), "gx"), i64);
+  s.gy = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 1), "gy"), i64);
+  s.gxy = b.CreateMul(s.gx, s.gy, "gxy", true, true);
+  return s;
+}
+
+// The block of linear index `bl` (x fastest) as the local context's block ID.
+void set_block_id(IRBuilder<> &b, StructType *ctx_type, const LaunchShape &s, Value *bl) {
+  Type *i32 = b.getInt32Ty();
+  b.CreateStore(b.CreateTrunc(b.CreateURem(bl, s.gx), i32), field(b, ctx_type, s.local, 1, 0));
+  b.CreateStore(b.CreateTrunc(b.CreateURem(b.CreateUDiv(bl, s.gx), s.gy), i32),
+                field(b, ctx_type, s.local, 1, 1));
+  b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, s.gxy), i32), field(b, ctx_type, s.local, 1, 2));
+}
+
 // The heads of the three loops over a block's work items: z in `zb` (entered from `from`), y in
 // `yb`, x in `xb`, each counting from 0, and the thread IDs of the local context `local` set
 // from them. Leaves `b` at the end of `xb`; the caller adds the latches.
@@ -344,14 +376,9 @@ bool make_plain_work_group(const Host &h, Function *k) {
   BasicBlock *exit = BasicBlock::Create(c, "wg.done", wg);
 
   IRBuilder<> b(entry);
-  AllocaInst *local = b.CreateAlloca(ctx_type, nullptr, "ctx");
-  b.CreateMemCpy(local, Align(8), block, Align(8), dl.getTypeAllocSize(ctx_type));
-  Value *bx = b.CreateLoad(i32, field(b, ctx_type, block, 2, 0), "bx");
-  Value *by = b.CreateLoad(i32, field(b, ctx_type, block, 2, 1), "by");
-  Value *bz = b.CreateLoad(i32, field(b, ctx_type, block, 2, 2), "bz");
-  Value *gx = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 0), "gx"), i64);
-  Value *gy = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 1), "gy"), i64);
-  Value *gxy = b.CreateMul(gx, gy, "gxy", true, true);
+  LaunchShape shape = read_launch_shape(b, ctx_type, dl, block);
+  AllocaInst *local = shape.local;
+  Value *bx = shape.bx, *by = shape.by, *bz = shape.bz;
   std::vector<Value *> values = unpack_arguments(b, k, args);
   b.CreateBr(bbody);
 
@@ -359,10 +386,7 @@ bool make_plain_work_group(const Host &h, Function *k) {
   b.SetInsertPoint(bbody);
   PHINode *bl = b.CreatePHI(i64, 2, "block");
   bl->addIncoming(begin, entry);
-  b.CreateStore(b.CreateTrunc(b.CreateURem(bl, gx), i32), field(b, ctx_type, local, 1, 0));
-  b.CreateStore(b.CreateTrunc(b.CreateURem(b.CreateUDiv(bl, gx), gy), i32),
-                field(b, ctx_type, local, 1, 1));
-  b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, gxy), i32), field(b, ctx_type, local, 1, 2));
+  set_block_id(b, ctx_type, shape, bl);
   b.CreateBr(zbody);
 
   auto [x, y, z] = open_item_loops(b, ctx_type, local, bbody, zbody, ybody, xbody);
@@ -1068,7 +1092,9 @@ bool RegionBuilder::build() {
   BasicBlock *diverged = BasicBlock::Create(c, "wg.diverged", wg);
 
   IRBuilder<> b(entry);
-  AllocaInst *local = b.CreateAlloca(ctx_type, nullptr, "ctx");
+  LaunchShape shape = read_launch_shape(b, ctx_type, dl, block);
+  AllocaInst *local = shape.local;
+  Value *bx = shape.bx, *by = shape.by, *bz = shape.bz;
   // The bitwise or and and of the work items' next regions: they agree iff the two are equal
   // (or/and reductions, which the vectoriser always recognises; instcombine turns a min with a
   // constant into something it does not).
@@ -1078,13 +1104,6 @@ bool RegionBuilder::build() {
   std::map<Instruction *, AllocaInst *> uniform_copy;
   for (Instruction *d : uniform_ok)
     uniform_copy[d] = b.CreateAlloca(d->getType(), nullptr, d->getName() + ".uniform");
-  b.CreateMemCpy(local, Align(8), block, Align(8), dl.getTypeAllocSize(ctx_type));
-  Value *bx = b.CreateLoad(i32, field(b, ctx_type, block, 2, 0), "bx");
-  Value *by = b.CreateLoad(i32, field(b, ctx_type, block, 2, 1), "by");
-  Value *bz = b.CreateLoad(i32, field(b, ctx_type, block, 2, 2), "bz");
-  Value *gx = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 0), "gx"), i64);
-  Value *gy = b.CreateZExt(b.CreateLoad(i32, field(b, ctx_type, block, 3, 1), "gy"), i64);
-  Value *gxy = b.CreateMul(gx, gy, "gxy", true, true);
   Value *bx64 = b.CreateZExt(bx, i64);
   Value *by64 = b.CreateZExt(by, i64);
   Value *bxy64 = b.CreateMul(bx64, by64, "bxy", true, true);
@@ -1098,10 +1117,7 @@ bool RegionBuilder::build() {
   b.SetInsertPoint(bbody);
   PHINode *bl = b.CreatePHI(i64, 2, "block");
   bl->addIncoming(begin, entry);
-  b.CreateStore(b.CreateTrunc(b.CreateURem(bl, gx), i32), field(b, ctx_type, local, 1, 0));
-  b.CreateStore(b.CreateTrunc(b.CreateURem(b.CreateUDiv(bl, gx), gy), i32),
-                field(b, ctx_type, local, 1, 1));
-  b.CreateStore(b.CreateTrunc(b.CreateUDiv(bl, gxy), i32), field(b, ctx_type, local, 1, 2));
+  set_block_id(b, ctx_type, shape, bl);
   b.CreateBr(dispatch);
 
   b.SetInsertPoint(dispatch);
