@@ -5,6 +5,7 @@
 //! nothing never map libLLVM.
 
 use offload_core::jit::{CompileRequest, JitService, JitTarget, PostProcess};
+use offload_jit_client::limits::{self, Resource};
 use offload_jit_client::{JitClient, JitConfig};
 use offload_tests::*;
 use std::path::PathBuf;
@@ -314,10 +315,13 @@ fn engine_defect_inputs_through_the_command_line() {
 #[test]
 fn the_caller_survives_and_its_next_compile_works() {
     let client = client_with(|c| {
-        c.memory_limit = Some(offload_jit_client::config::Limit {
-            value: 2 << 30,
-            source: "test limit".into(),
-        });
+        c.limits.set(
+            Resource::AddressSpace,
+            limits::Ask::Explicit {
+                value: 2 << 30,
+                source: "test limit".into(),
+            },
+        );
         c.timeout = Some(offload_jit_client::config::Limit {
             value: Duration::from_secs(1),
             source: "test timeout".into(),
@@ -754,4 +758,237 @@ fn the_triple_reader_survives_every_bit_flip_of_real_bitcode() {
             started.elapsed()
         );
     }
+}
+
+/// `offload ARGS` in a child whose soft and hard limits are lowered before `exec`, as a shell's
+/// `ulimit` or a batch system leaves them.
+fn offload_limited(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    limits: &[(Resource, u64, u64)],
+) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(offload_bin());
+    cmd.args(args)
+        .env_remove("OFFLOAD_PLUGIN_PATH")
+        .env_remove("OFFLOAD_PLUGINS");
+    for r in limits::RESOURCES {
+        cmd.env_remove(r.variable());
+    }
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let limits: Vec<(Resource, u64, u64)> = limits.to_vec();
+    // SAFETY: the closure runs in the child between fork and exec and only calls setrlimit.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (r, soft, hard) in &limits {
+                let rl = libc::rlimit {
+                    rlim_cur: *soft,
+                    rlim_max: *hard,
+                };
+                if libc::setrlimit(r.raw(), &rl) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.output().expect("run offload")
+}
+
+/// `offload run` of the saxpy bitcode kernel on 256 elements: `y = 2 * iota + 1`.
+fn saxpy_run_args(bitcode: &std::path::Path, dump: &std::path::Path) -> Vec<String> {
+    [
+        "run",
+        bitcode.to_str().unwrap(),
+        "--kernel",
+        "saxpy",
+        "--device",
+        "host:0",
+        "--grid",
+        "4",
+        "--block",
+        "64",
+        "--arg",
+        "u32:256",
+        "--arg",
+        "f32:2",
+        "--arg",
+        "buf:f32:256:iota",
+        "--arg",
+        "buf:f32:256:fill=1",
+        "--dump",
+        dump.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn jit_limits_json(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "info failed: {}", stderr(out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info --json");
+    v["jit"]["limits"].clone()
+}
+
+/// Issue 17: under an inherited hard limit on each resource, the worker starts and compiles
+/// (its default never exceeds the inherited limit, and `offload info` says that one applied),
+/// an explicit value above the hard limit is one error line naming both numbers, and one
+/// below it applies.
+#[test]
+fn every_worker_limit_stays_under_a_lowered_hard_limit() {
+    let bitcode = host_bitcode("saxpy");
+    let dir = scratch("limits");
+    let expected: Vec<f32> = (0..256).map(|i| 2.0 * i as f32 + 1.0).collect();
+    // (resource, the hard limit, a value above it, a value below it)
+    let cases: [(Resource, u64, &str, &str); 4] = [
+        (Resource::AddressSpace, 8 << 30, "16G", "6G"),
+        (Resource::CpuTime, 3000, "6000", "600"),
+        (Resource::FileSize, 1 << 30, "2G", "256M"),
+        (Resource::OpenFiles, 256, "512", "128"),
+    ];
+    for (r, hard, above, below) in cases {
+        let var = r.variable();
+        let what = format!("{var} under a hard limit of {hard}");
+        let lim = [(r, hard, hard)];
+        let run = |envs: &[(&str, &str)], tag: &str| {
+            let dump = dir.join(format!("{}-{tag}", r.key()));
+            std::fs::create_dir_all(&dump).unwrap();
+            let args = saxpy_run_args(&bitcode, &dump);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            (offload_limited(&args, envs, &lim), dump)
+        };
+
+        // The default: the worker starts under the inherited limit and the result is right.
+        let (out, dump) = run(&[], "default");
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains("1 compile(s)"),
+            "{what}: {}",
+            stdout(&out)
+        );
+        assert_eq!(read_f32s(&dump.join("arg3.bin")), expected, "{what}");
+        let limits = jit_limits_json(&offload_limited(&["info", "--json"], &[], &lim));
+        assert_eq!(limits[r.key()]["value"], hard, "{what}: {limits}");
+        let source = limits[r.key()]["source"].as_str().unwrap();
+        assert!(
+            source.contains("inherited") && source.contains(r.rlimit_name()),
+            "{what}: {source}"
+        );
+        let text = stdout(&offload_limited(&["info"], &[], &lim));
+        assert!(text.contains(&r.show(Some(hard))), "{what}: {text}");
+
+        // Above the hard limit: a clear error naming both numbers, from run and from jit.
+        let (out, _) = run(&[(var, above)], "above");
+        let above_value = limits_value(r, above);
+        assert_one_error_line(
+            &out,
+            &what,
+            &[
+                &format!("{var}={above}"),
+                &r.show(Some(above_value)),
+                &r.show(Some(hard)),
+                "hard limit",
+            ],
+        );
+        let info = stdout(&offload_limited(&["info"], &[(var, above)], &lim));
+        assert!(info.contains(&format!("{var}={above}")), "{what}: {info}");
+
+        // Below it: applied, and named.
+        let (out, dump) = run(&[(var, below)], "below");
+        assert!(out.status.success(), "{what} {below}: {}", stderr(&out));
+        assert_eq!(read_f32s(&dump.join("arg3.bin")), expected, "{what}");
+        let limits = jit_limits_json(&offload_limited(&["info", "--json"], &[(var, below)], &lim));
+        assert_eq!(limits[r.key()]["value"], limits_value(r, below), "{what}");
+        assert_eq!(
+            limits[r.key()]["source"].as_str().unwrap(),
+            format!("{var}={below}"),
+            "{what}"
+        );
+    }
+
+    // A soft limit under a higher hard one: the default takes the soft one; an explicit value
+    // between the two is allowed (raising a soft limit is what it is for).
+    let lim = [(Resource::AddressSpace, 6 << 30, 8 << 30)];
+    let limits = jit_limits_json(&offload_limited(&["info", "--json"], &[], &lim));
+    assert_eq!(limits["address_space"]["value"], 6u64 << 30, "{limits}");
+    let dump = dir.join("soft");
+    std::fs::create_dir_all(&dump).unwrap();
+    let args = saxpy_run_args(&bitcode, &dump);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = offload_limited(&args, &[("OFFLOAD_JIT_MEMORY_LIMIT", "7G")], &lim);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(read_f32s(&dump.join("arg3.bin")), expected);
+}
+
+fn limits_value(r: Resource, text: &str) -> u64 {
+    match r {
+        Resource::AddressSpace | Resource::FileSize => offload_core::env::parse_size(text).unwrap(),
+        _ => text.parse().unwrap(),
+    }
+}
+
+/// A compile that hits the CPU-time or the file-size limit is one error line that names the
+/// limit and the variable that set it.
+#[test]
+fn a_compile_that_hits_a_worker_limit_names_it() {
+    let dir = scratch("limit-hits");
+    let compile = |ir: &str, envs: &[(&str, &str)]| {
+        let input = dir.join("in.ll");
+        std::fs::write(&input, ir).unwrap();
+        let out_path = dir.join("out.so");
+        offload_limited(
+            &[
+                "jit",
+                input.to_str().unwrap(),
+                "--target",
+                HOST,
+                "--cpu",
+                "x86-64",
+                "-o",
+                out_path.to_str().unwrap(),
+            ],
+            envs,
+            &[],
+        )
+    };
+    // CPU time: a compile that takes minutes, under a 1 s limit.
+    let t = Instant::now();
+    let out = compile(
+        &runaway_ir(20_000),
+        &[
+            ("OFFLOAD_JIT_CPU_LIMIT", "1"),
+            ("OFFLOAD_JIT_TIMEOUT", "120"),
+        ],
+    );
+    assert_one_error_line(
+        &out,
+        "CPU time",
+        &["CPU time limit", "OFFLOAD_JIT_CPU_LIMIT=1", "SIGXCPU"],
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    // File size: the IR dump of a module larger than the 4 KiB limit.
+    let dump = dir.join("post.ll");
+    let out = compile(
+        &runaway_ir(300),
+        &[
+            ("OFFLOAD_JIT_FILE_SIZE_LIMIT", "4096"),
+            ("OFFLOAD_JIT_PRE_OPT_IR_MODULE", dump.to_str().unwrap()),
+        ],
+    );
+    assert_one_error_line(
+        &out,
+        "file size",
+        &["file size limit", "OFFLOAD_JIT_FILE_SIZE_LIMIT=4096"],
+    );
+    // The same compile under a limit it fits in works.
+    let out = compile(
+        &runaway_ir(300),
+        &[
+            ("OFFLOAD_JIT_FILE_SIZE_LIMIT", "64M"),
+            ("OFFLOAD_JIT_PRE_OPT_IR_MODULE", dump.to_str().unwrap()),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
 }

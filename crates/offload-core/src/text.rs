@@ -33,6 +33,22 @@ pub fn bounded(s: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(format!("{}…", &s[..end]))
 }
 
+/// A size for people: `512 B`, `1.5 KiB`, `80.0 GiB`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

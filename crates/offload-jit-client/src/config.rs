@@ -3,8 +3,8 @@
 //! The upstream ones have an `OFFLOAD_JIT_*` name and upstream's `LIBOMPTARGET_JIT_*` name as
 //! an alias (the first that is set wins). Unlike upstream, a bad value is an error naming the
 //! variable, and paths may contain spaces. The isolation settings (`OFFLOAD_JIT_ISOLATION`,
-//! `OFFLOAD_JIT_WORKER`, `OFFLOAD_JIT_TIMEOUT`, `OFFLOAD_JIT_MEMORY_LIMIT`) are this project's
-//! own.
+//! `OFFLOAD_JIT_WORKER`, `OFFLOAD_JIT_TIMEOUT`, and the worker's resource limits of
+//! [`crate::limits`]) are this project's own.
 
 use offload_core::env;
 use offload_core::jit::{JitOptions, NamedFile, OutputPath};
@@ -46,8 +46,9 @@ pub const ISOLATION: [&str; 1] = ["OFFLOAD_JIT_ISOLATION"];
 pub const WORKER: [&str; 1] = ["OFFLOAD_JIT_WORKER"];
 /// Seconds one compile may take before the worker is killed (default 300; 0: no limit).
 pub const TIMEOUT: [&str; 1] = ["OFFLOAD_JIT_TIMEOUT"];
-/// The worker's address-space limit (default: the machine's memory, at least 4 GiB; `none`:
-/// no limit).
+/// The worker's address-space limit (default: the machine's memory, at least 4 GiB, or the
+/// inherited limit where that is smaller; `none`: no limit of the JIT's own). The other
+/// limits are in [`crate::limits`].
 pub const MEMORY_LIMIT: [&str; 1] = ["OFFLOAD_JIT_MEMORY_LIMIT"];
 
 /// The disk cache: `1`/`on` (default), `0`/`off`, or `read-only` (look up, never write).
@@ -65,8 +66,7 @@ pub const DEFAULT_DISK_CACHE_MAX_SIZE: u64 = 1 << 30;
 
 /// Default [`TIMEOUT`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-/// Smallest [`MEMORY_LIMIT`]: below this the worker cannot even map LLVM.
-pub const MIN_MEMORY_LIMIT: u64 = 256 << 20;
+pub use crate::limits::MIN_MEMORY_LIMIT;
 
 /// Where compiles run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,8 +200,9 @@ pub struct JitConfig {
     pub worker: Option<PathBuf>,
     /// Per-compile time limit (`None`: no limit).
     pub timeout: Option<Limit<Duration>>,
-    /// The worker's address-space limit in bytes (`None`: no limit).
-    pub memory_limit: Option<Limit<u64>>,
+    /// The worker's resource limits, as asked (resolved against the inherited ones when a
+    /// worker starts).
+    pub limits: crate::limits::WorkerLimits,
     /// The disk cache.
     pub disk: DiskConfig,
 }
@@ -218,7 +219,7 @@ impl Default for JitConfig {
                 value: DEFAULT_TIMEOUT,
                 source: format!("{} default", TIMEOUT[0]),
             }),
-            memory_limit: Some(default_memory_limit()),
+            limits: crate::limits::WorkerLimits::default(),
             disk: DiskConfig {
                 mode: DiskMode::Off,
                 dir: PathBuf::new(),
@@ -227,26 +228,6 @@ impl Default for JitConfig {
                 note: None,
             },
         }
-    }
-}
-
-/// The machine's memory, at least 4 GiB: a compile that needs more is a runaway.
-fn default_memory_limit() -> Limit<u64> {
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let physical = if pages > 0 && page > 0 {
-        pages as u64 * page as u64
-    } else {
-        0
-    };
-    Limit {
-        value: physical.max(4 << 30),
-        source: format!("{} default", MEMORY_LIMIT[0]),
     }
 }
 
@@ -319,24 +300,6 @@ fn timeout() -> Result<Option<Limit<Duration>>> {
     }
 }
 
-fn memory_limit() -> Result<Option<Limit<u64>>> {
-    let Some((name, value)) = env::raw(&MEMORY_LIMIT)? else {
-        return Ok(Some(default_memory_limit()));
-    };
-    if matches!(
-        value.trim().to_ascii_lowercase().as_str(),
-        "none" | "unlimited" | "0"
-    ) {
-        return Ok(None);
-    }
-    let v =
-        env::size_in_range(&MEMORY_LIMIT, MIN_MEMORY_LIMIT, 1 << 50)?.expect("the variable is set");
-    Ok(Some(Limit {
-        value: v,
-        source: format!("{name}={}", value.trim()),
-    }))
-}
-
 impl JitConfig {
     /// Reads every JIT variable; the first bad one is the error.
     pub fn from_env() -> Result<Self> {
@@ -388,7 +351,7 @@ impl JitConfig {
             isolation,
             worker,
             timeout: timeout()?,
-            memory_limit: memory_limit()?,
+            limits: crate::limits::WorkerLimits::from_env()?,
             disk: DiskConfig::from_env()?,
         })
     }

@@ -19,6 +19,7 @@ pub mod cache;
 pub mod config;
 pub mod disk;
 pub mod inprocess;
+pub mod limits;
 pub mod ptxas;
 pub mod worker;
 
@@ -265,7 +266,7 @@ impl JitClient {
                     Isolation::Worker => {
                         Backend::Worker(worker::Supervisor::new(worker::WorkerSettings {
                             path: self.locate(WORKER_NAME)?,
-                            memory_limit: config.memory_limit.clone(),
+                            limits: config.limits.clone(),
                             timeout: config.timeout.clone(),
                             llvm_version: LLVM_VERSION.into(),
                             engine_version: ENGINE_VERSION.into(),

@@ -16,12 +16,16 @@
 //!   says what died, on which image and target, the signal and LLVM's last words; the others
 //!   are retried once on a fresh worker. A death that names no culprit (killed from outside)
 //!   retries everyone once.
-//! - **Limits.** The address-space limit is set in the child before `exec` (`RLIMIT_AS`); the
-//!   time limit is kept by each waiting thread, which kills the worker when its compile
-//!   overruns.
+//! - **Limits.** The resource limits of [`crate::limits`] (address space, CPU time, file size,
+//!   open files) are resolved against this process's own right before the worker starts and
+//!   set in the child before `exec`; a compile that hits one gets an error naming the limit
+//!   and where it came from. The time limit is kept by each waiting thread, which kills the
+//!   worker when its compile overruns.
 
 use crate::config::Limit;
+use crate::limits::{self, Applied, Resource, WorkerLimits};
 use offload_core::jit::protocol::{self, Hello, WorkerOutput};
+use offload_core::text::human_bytes;
 use offload_core::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
@@ -48,8 +52,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct WorkerSettings {
     /// The worker executable.
     pub path: PathBuf,
-    /// Address-space limit.
-    pub memory_limit: Option<Limit<u64>>,
+    /// The resource limits asked for.
+    pub limits: WorkerLimits,
     /// Per-compile time limit.
     pub timeout: Option<Limit<Duration>>,
     /// The LLVM version the client's keys name; a worker reporting another is refused.
@@ -90,7 +94,11 @@ pub struct WorkerStats {
 #[derive(Debug, Clone)]
 enum Cause {
     /// The worker's crash or exit handler named the request.
-    Crash { request: u64, how: String },
+    Crash {
+        request: u64,
+        how: String,
+        signal: Option<i32>,
+    },
     /// A waiting thread killed it: its compile overran the time limit.
     Timeout { request: u64 },
     /// Killed because it broke the protocol.
@@ -103,6 +111,10 @@ enum Cause {
 struct Death {
     pid: u32,
     status: String,
+    /// The signal in the exit status.
+    signal: Option<i32>,
+    /// The limits the worker ran under.
+    limits: Arc<[Applied]>,
     cause: Cause,
     tail: Vec<String>,
 }
@@ -130,6 +142,16 @@ impl Death {
             .unwrap_or(lines.len().saturating_sub(4));
         let picked: Vec<&str> = lines[start..].iter().take(6).copied().collect();
         picked.join(" | ")
+    }
+
+    /// The signal that ended the worker, if one did.
+    fn signal(&self) -> Option<i32> {
+        match self.cause {
+            Cause::Crash {
+                signal: Some(s), ..
+            } => Some(s),
+            _ => self.signal,
+        }
     }
 
     fn out_of_memory(&self) -> bool {
@@ -160,6 +182,8 @@ struct Worker {
     changed: Condvar,
     /// Held while killing and while reaping, so a kill never reaches a reused pid.
     reap: Mutex<bool>,
+    /// The resource limits it was started with.
+    limits: Arc<[Applied]>,
     kill_reason: Mutex<Option<Cause>>,
 }
 
@@ -238,6 +262,7 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         libc::SIGINT => "SIGINT",
         libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
         libc::SIGSYS => "SIGSYS",
         _ => "signal",
     }
@@ -249,16 +274,6 @@ fn describe_status(status: &std::process::ExitStatus) -> String {
         (Some(sig), _) => format!("killed by signal {sig} ({})", signal_name(sig)),
         (None, Some(code)) => format!("exited with status {code}"),
         (None, None) => "ended".into(),
-    }
-}
-
-fn human(bytes: u64) -> String {
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
-        format!("{} GiB", bytes >> 30)
-    } else if bytes >= 1 << 20 {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{bytes} bytes")
     }
 }
 
@@ -375,7 +390,9 @@ impl Supervisor {
                     crate::report_phases(worker.pid, &out);
                     return Ok(out);
                 }
-                Ok(Err(e)) => return Err(WorkerFailure::Compile(e)),
+                Ok(Err(e)) => {
+                    return Err(WorkerFailure::Compile(annotate_limit(e, &worker.limits)));
+                }
                 Err(death) => {
                     if death.culprit() == Some(id) {
                         return Err(WorkerFailure::Died {
@@ -387,10 +404,13 @@ impl Supervisor {
                         return Err(WorkerFailure::Died {
                             error: Error::CompileFailure(format!(
                                 "the JIT worker (pid {}) {} while compiling {}, and the fresh \
-                                 worker it was retried on died too{}",
+                                 worker it was retried on died too{}{}",
                                 death.pid,
                                 death.status,
                                 what(),
+                                limit_hit(&death)
+                                    .map(|l| format!(" ({l})"))
+                                    .unwrap_or_default(),
                                 match death.last_words() {
                                     w if w.is_empty() => String::new(),
                                     w => format!("; it printed: {w}"),
@@ -427,17 +447,31 @@ impl Supervisor {
                 ))
             }
             Cause::Crash { how, .. } if death.out_of_memory() => {
-                let limit = match &self.settings.memory_limit {
-                    Some(l) => format!(
-                        "the memory limit ({}: {} of address space)",
-                        l.source,
-                        human(l.value)
+                let limit = match limits::find(&death.limits, Resource::AddressSpace) {
+                    Some(Applied {
+                        value: Some(v),
+                        source,
+                        ..
+                    }) => format!(
+                        "the memory limit ({source}: {} of address space)",
+                        human_bytes(*v)
                     ),
-                    None => "the machine's memory (no OFFLOAD_JIT_MEMORY_LIMIT)".to_string(),
+                    _ => format!(
+                        "the machine's memory (no address-space limit; {} sets one)",
+                        Resource::AddressSpace.variable()
+                    ),
                 };
                 Error::CompileFailure(format!(
                     "compiling {} ran out of memory under {limit}: the JIT worker (pid {}) {how}; {said}",
                     what(),
+                    death.pid
+                ))
+            }
+            Cause::Crash { how, .. } if limit_hit(death).is_some() => {
+                Error::CompileFailure(format!(
+                    "compiling {} hit {}: the JIT worker (pid {}) {how} and will be replaced; {said}",
+                    what(),
+                    limit_hit(death).expect("checked"),
                     death.pid
                 ))
             }
@@ -448,10 +482,13 @@ impl Supervisor {
             )),
             Cause::Protocol(m) => Error::CompileFailure(m.clone()),
             Cause::Unknown => Error::CompileFailure(format!(
-                "the JIT worker (pid {}) {} while compiling {}; {said}",
+                "the JIT worker (pid {}) {} while compiling {}{}; {said}",
                 death.pid,
                 death.status,
-                what()
+                what(),
+                limit_hit(death)
+                    .map(|l| format!(" ({l})"))
+                    .unwrap_or_default(),
             )),
         }
     }
@@ -565,13 +602,16 @@ fn start(settings: &WorkerSettings, deaths: Arc<AtomicU64>) -> Result<Arc<Worker
         .map_err(|e| Error::System(format!("cannot create the JIT worker's note pipe: {e}")))?;
     let notes_fd = notes_write.as_raw_fd();
     let parent = std::process::id() as libc::pid_t;
-    let limit = settings.memory_limit.as_ref().map(|l| l.value);
+    // Against this process's limits as they are now: the child is never asked to exceed one.
+    let applied: Arc<[Applied]> = settings.limits.resolve()?.into();
+    let for_child = applied.clone();
     let mut cmd = Command::new(&settings.path);
     cmd.stdin(Stdio::from(theirs))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: the closure runs in the child between fork and exec and only makes
-    // async-signal-safe calls (dup2, fcntl, prctl, getppid, setrlimit, _exit).
+    // async-signal-safe calls (dup2, fcntl, prctl, getppid, getrlimit, setrlimit, _exit); the
+    // limits were resolved (and allocated) before the fork.
     unsafe {
         cmd.pre_exec(move || {
             if notes_fd == 3 {
@@ -588,21 +628,28 @@ fn start(settings: &WorkerSettings, deaths: Arc<AtomicU64>) -> Result<Arc<Worker
             if libc::getppid() != parent {
                 libc::_exit(1);
             }
-            if let Some(limit) = limit {
-                let rl = libc::rlimit {
-                    rlim_cur: limit,
-                    rlim_max: limit,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &rl) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
+            // (This is the child, between fork and exec, as apply_in_child requires.)
+            limits::apply_in_child(&for_child)
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::System(format!("cannot start the JIT worker '{shown}': {e}")))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        // EPERM from the child's setrlimit: a limit changed between resolving and forking.
+        let limits_note = if e.raw_os_error() == Some(libc::EPERM) {
+            format!(
+                " (its limits: {})",
+                applied
+                    .iter()
+                    .map(Applied::describe)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            String::new()
+        };
+        Error::System(format!(
+            "cannot start the JIT worker '{shown}': {e}{limits_note}"
+        ))
+    })?;
     drop(notes_write);
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
@@ -613,6 +660,7 @@ fn start(settings: &WorkerSettings, deaths: Arc<AtomicU64>) -> Result<Arc<Worker
         changed: Condvar::new(),
         reap: Mutex::new(false),
         kill_reason: Mutex::new(None),
+        limits: applied,
     });
     let tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
     let stderr_thread = {
@@ -661,19 +709,22 @@ fn start(settings: &WorkerSettings, deaths: Arc<AtomicU64>) -> Result<Arc<Worker
             };
         }
         if let Some(d) = &st.dead {
-            let limit_hint = match &settings.memory_limit {
-                Some(l)
-                    if d.tail
-                        .iter()
-                        .any(|t| t.contains("map") || t.contains("memory")) =>
+            let limit_hint = match limits::find(&d.limits, Resource::AddressSpace) {
+                Some(Applied {
+                    value: Some(v),
+                    source,
+                    ..
+                }) if d
+                    .tail
+                    .iter()
+                    .any(|t| t.contains("map") || t.contains("memory")) =>
                 {
                     format!(
-                        " (the memory limit {} = {} may be too small to load LLVM)",
-                        l.source,
-                        human(l.value)
+                        " (the memory limit {source} = {} may be too small to load LLVM)",
+                        human_bytes(*v)
                     )
                 }
-                _ => String::new(),
+                _ => limit_hit(d).map(|l| format!(" ({l})")).unwrap_or_default(),
             };
             return Err(Error::System(format!(
                 "the JIT worker '{shown}' {} before it was ready{limit_hint}; it printed: {}",
@@ -827,15 +878,22 @@ fn read_results(
                 let mut parts = l.split_whitespace();
                 let kind = parts.next()?;
                 let request: u64 = parts.next()?.parse().ok()?;
-                let how = match kind {
+                let (how, signal) = match kind {
                     "crash" => {
                         let sig: i32 = parts.next()?.parse().ok()?;
-                        format!("was killed by signal {sig} ({})", signal_name(sig))
+                        (
+                            format!("was killed by signal {sig} ({})", signal_name(sig)),
+                            Some(sig),
+                        )
                     }
-                    "exit" => format!("exited ({status_text}) from inside LLVM"),
+                    "exit" => (format!("exited ({status_text}) from inside LLVM"), None),
                     _ => return None,
                 };
-                Some(Cause::Crash { request, how })
+                Some(Cause::Crash {
+                    request,
+                    how,
+                    signal,
+                })
             })
             .unwrap_or(Cause::Unknown)
     });
@@ -847,6 +905,11 @@ fn read_results(
     let death = Death {
         pid: worker.pid,
         status: status_text,
+        signal: {
+            use std::os::unix::process::ExitStatusExt;
+            status.as_ref().ok().and_then(|s| s.signal())
+        },
+        limits: worker.limits.clone(),
         cause,
         tail: lock(&tail).iter().cloned().collect(),
     };
@@ -854,4 +917,63 @@ fn read_results(
     st.dead = Some(Arc::new(death));
     drop(st);
     worker.changed.notify_all();
+}
+
+/// The resource limit a death shows the worker hit, described with where it came from:
+/// `SIGXCPU` is the CPU-time limit, `SIGXFSZ` the file-size limit, "Too many open files" in
+/// its last words the open-files limit. (Running out of address space shows as an allocation
+/// failure, told apart by [`Death::out_of_memory`].)
+fn limit_hit(death: &Death) -> Option<String> {
+    let resource = match death.signal() {
+        Some(libc::SIGXCPU) => Resource::CpuTime,
+        Some(libc::SIGXFSZ) => Resource::FileSize,
+        _ if death.tail.iter().any(|l| l.contains("Too many open files")) => Resource::OpenFiles,
+        _ => return None,
+    };
+    Some(limit_text(&death.limits, resource))
+}
+
+/// `the JIT worker's CPU-time limit (100 s, from OFFLOAD_JIT_CPU_LIMIT=100; ...)`.
+fn limit_text(limits: &[Applied], resource: Resource) -> String {
+    let over_life = if resource == Resource::CpuTime {
+        ", counted over the worker's life"
+    } else {
+        ""
+    };
+    match limits::find(limits, resource) {
+        Some(a) => format!(
+            "the JIT worker's {} limit ({}, {}{over_life}{})",
+            resource.noun(),
+            resource.show(a.value),
+            a.source,
+            if a.source.contains(resource.variable()) {
+                String::new()
+            } else {
+                format!("; {} sets it", resource.variable())
+            }
+        ),
+        None => format!("the JIT worker's {} limit", resource.noun()),
+    }
+}
+
+/// A compile error whose text shows a resource limit (a linker killed by `SIGXFSZ`, a file
+/// that could not be opened for lack of descriptors) gets the limit that applied added.
+pub(crate) fn annotate_limit(error: Error, limits: &[Applied]) -> Error {
+    let text = error.message();
+    let resource = if text.contains("Too many open files") || text.contains("os error 24") {
+        Resource::OpenFiles
+    } else if text.contains("File too large")
+        || text.contains("os error 27")
+        || text.contains("SIGXFSZ")
+        || text.contains("signal: 25")
+    {
+        Resource::FileSize
+    } else {
+        return error;
+    };
+    Error::from_parts(
+        error.kind() as u32,
+        error.native_code(),
+        format!("{text} (under {})", limit_text(limits, resource)),
+    )
 }

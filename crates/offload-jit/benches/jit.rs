@@ -144,7 +144,17 @@ fn payload(t: &Target, image: &[u8]) -> Vec<u8> {
 fn supervisor() -> Supervisor {
     Supervisor::new(WorkerSettings {
         path: WORKER.into(),
-        memory_limit: None,
+        limits: {
+            use offload_jit_client::limits::{Ask, Resource, WorkerLimits};
+            let mut l = WorkerLimits::default();
+            l.set(
+                Resource::AddressSpace,
+                Ask::Inherit {
+                    source: "the benchmark sets none".into(),
+                },
+            );
+            l
+        },
         timeout: None,
         llvm_version: offload_jit_client::LLVM_VERSION.into(),
         engine_version: offload_jit_client::ENGINE_VERSION.into(),

@@ -105,6 +105,10 @@ fn install_handlers() {
             libc::SIGFPE,
             libc::SIGTRAP,
             libc::SIGSYS,
+            // Resource limits (see the client's `limits`): SIGXFSZ goes to the thread that
+            // wrote, so its note names the compile; SIGXCPU goes to any thread.
+            libc::SIGXFSZ,
+            libc::SIGXCPU,
         ] {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_fatal_signal as extern "C" fn(libc::c_int) as usize;

@@ -98,6 +98,9 @@ fn in_child(test: &str, vars: &[(&str, &str)]) -> String {
         "OFFLOAD_JIT_CACHE_MB",
         "OFFLOAD_JIT_TIMEOUT",
         "OFFLOAD_JIT_MEMORY_LIMIT",
+        "OFFLOAD_JIT_CPU_LIMIT",
+        "OFFLOAD_JIT_FILE_SIZE_LIMIT",
+        "OFFLOAD_JIT_OPEN_FILES_LIMIT",
         "OFFLOAD_JIT_ISOLATION",
         "OFFLOAD_JIT_WORKER",
     ] {
@@ -284,15 +287,24 @@ fn environment_variables_are_validated_and_honoured() {
     if is_child() {
         match JitConfig::from_env() {
             Err(e) => println!("ERROR: {e}"),
-            Ok(c) => println!(
-                "OK: opt={} skip={} cache={} isolation={:?} timeout={:?} memory={:?}",
-                c.options.opt_level,
-                c.options.skip_opt,
-                c.cache_capacity,
-                c.isolation,
-                c.timeout.map(|t| t.value.as_secs_f64()),
-                c.memory_limit.map(|m| m.value)
-            ),
+            Ok(c) => {
+                let limits = c.limits.resolve().unwrap();
+                let value = |r| offload_jit_client::limits::find(&limits, r).unwrap().value;
+                use offload_jit_client::limits::Resource;
+                println!(
+                    "OK: opt={} skip={} cache={} isolation={:?} timeout={:?} memory={:?} \
+                     cpu={:?} fsize={:?} nofile={:?}",
+                    c.options.opt_level,
+                    c.options.skip_opt,
+                    c.cache_capacity,
+                    c.isolation,
+                    c.timeout.map(|t| t.value.as_secs_f64()),
+                    value(Resource::AddressSpace),
+                    value(Resource::CpuTime),
+                    value(Resource::FileSize),
+                    value(Resource::OpenFiles),
+                )
+            }
         }
         return;
     }
@@ -317,6 +329,11 @@ fn environment_variables_are_validated_and_honoured() {
         ("OFFLOAD_JIT_TIMEOUT", "-3", "seconds"),
         ("OFFLOAD_JIT_MEMORY_LIMIT", "12Q", "size"),
         ("OFFLOAD_JIT_MEMORY_LIMIT", "1M", "size"),
+        ("OFFLOAD_JIT_CPU_LIMIT", "1.5", "whole seconds"),
+        ("OFFLOAD_JIT_CPU_LIMIT", "-1", "whole seconds"),
+        ("OFFLOAD_JIT_FILE_SIZE_LIMIT", "1K", "size"),
+        ("OFFLOAD_JIT_OPEN_FILES_LIMIT", "3", "number of files"),
+        ("OFFLOAD_JIT_OPEN_FILES_LIMIT", "many", "number of files"),
         ("OFFLOAD_JIT_ISOLATION", "sandbox", "'worker'"),
         (
             "OFFLOAD_JIT_WORKER",
@@ -338,11 +355,15 @@ fn environment_variables_are_validated_and_honoured() {
         ("OFFLOAD_JIT_CACHE_MB", "8"),
         ("OFFLOAD_JIT_TIMEOUT", "2.5"),
         ("OFFLOAD_JIT_MEMORY_LIMIT", "3G"),
+        ("OFFLOAD_JIT_CPU_LIMIT", "100"),
+        ("OFFLOAD_JIT_FILE_SIZE_LIMIT", "64M"),
+        ("OFFLOAD_JIT_OPEN_FILES_LIMIT", "200"),
         ("OFFLOAD_JIT_ISOLATION", "inprocess"),
     ]);
     assert!(
         out.contains(
-            "OK: opt=1 skip=true cache=8388608 isolation=InProcess timeout=Some(2.5) memory=Some(3221225472)"
+            "OK: opt=1 skip=true cache=8388608 isolation=InProcess timeout=Some(2.5) memory=Some(3221225472) \
+             cpu=Some(100) fsize=Some(67108864) nofile=Some(200)"
         ),
         "{out}"
     );

@@ -93,13 +93,29 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 "writes": stats.writes,
                 "bad_entries": stats.bad_entries,
             });
+            // The limits a worker started now would get (resolved against this process's).
+            let limits = match config.limits.resolve() {
+                Ok(applied) => {
+                    let mut m = serde_json::Map::new();
+                    for a in &applied {
+                        m.insert(
+                            a.resource.key().into(),
+                            json!({"value": a.value, "source": a.source, "variable": a.resource.variable()}),
+                        );
+                    }
+                    serde_json::Value::Object(m)
+                }
+                Err(e) => json!({ "error": e.to_string() }),
+            };
+            let memory_limit = limits["address_space"]["value"].clone();
             json!({
                 "disk_cache": disk_json,
+                "limits": limits,
                 "isolation": isolation,
                 "path": located.as_ref().ok().map(|p| p.display().to_string()),
                 "llvm": offload_jit_client::LLVM_VERSION,
                 "timeout_s": config.timeout.as_ref().map(|t| t.value.as_secs_f64()),
-                "memory_limit_bytes": config.memory_limit.as_ref().map(|m| m.value),
+                "memory_limit_bytes": memory_limit,
                 "error": located.err().map(|e| e.to_string()),
             })
         }
@@ -184,6 +200,19 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             jit["llvm"].as_str().unwrap_or("?")
         ),
         (None, None) => {}
+    }
+    if let Some(e) = jit["limits"]["error"].as_str() {
+        outln!("         limits: error: {}", printable(e));
+    } else if let Some(limits) = jit["limits"].as_object() {
+        for l in offload_jit_client::limits::RESOURCES {
+            let v = &limits[l.key()];
+            outln!(
+                "         {:<13} {} ({})",
+                l.noun(),
+                l.show(v["value"].as_u64()),
+                printable(v["source"].as_str().unwrap_or("?"))
+            );
+        }
     }
     let d = &jit["disk_cache"];
     if let Some(mode) = d["mode"].as_str() {

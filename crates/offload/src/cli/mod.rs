@@ -178,18 +178,4 @@ pub fn ms_since(t: std::time::Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// Bytes in a human unit.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use offload_core::text::human_bytes;
