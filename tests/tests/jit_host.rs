@@ -507,3 +507,97 @@ fn launches_of_jit_kernels_are_checked_against_the_kernel_signature() {
         stdout(&out)
     );
 }
+
+/// Issue 17: a module with no top-level entity (only comments, as three of LLVM's NVPTX
+/// CodeGen tests are) is IR. `offload jit` compiles it for the target asked; `offload run`
+/// cannot route it by itself and says why, and on a chosen device it is compiled and holds no
+/// kernel. Text that is not IR stays refused.
+#[test]
+fn modules_with_only_comments_are_ir_without_a_triple() {
+    let dir = scratch("empty-modules");
+    let empty = dir.join("empty module.ll");
+    std::fs::write(
+        &empty,
+        "; RUN: llc < %s -mtriple=nvptx64 -mcpu=sm_90 | FileCheck %s\r\n\r\n; CHECK: .target sm_90\r\n",
+    )
+    .unwrap();
+    let e = empty.to_str().unwrap();
+    for (target, cpu, extra) in [
+        ("nvptx64-nvidia-cuda", "sm_90", Some("--emit-ptx")),
+        ("x86_64-unknown-linux-gnu", "x86-64", None),
+        ("amdgcn-amd-amdhsa", "gfx90a", None),
+    ] {
+        let out_path = dir.join(format!("out.{target}"));
+        let mut args = vec![
+            "jit",
+            e,
+            "--target",
+            target,
+            "--cpu",
+            cpu,
+            "-o",
+            out_path.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let out = offload(&args, &[]);
+        assert!(out.status.success(), "{target}: {}", stderr(&out));
+        let bytes = std::fs::read(&out_path).unwrap();
+        if target.starts_with("nvptx") {
+            let ptx = String::from_utf8_lossy(&bytes);
+            assert!(
+                ptx.contains(".target sm_90") && !ptx.contains(".entry"),
+                "{ptx}"
+            );
+        } else {
+            assert_eq!(&bytes[..4], b"\x7fELF", "{target}");
+        }
+    }
+    // Routing: no triple, and the error says the module is empty.
+    let out = offload(&["run", e, "--kernel", "k"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("module is empty")
+            && err.contains("no target triple")
+            && err.contains("--device"),
+        "{err}"
+    );
+    // On a chosen device: compiled for it, and the kernel is not there.
+    let out = offload(&["run", e, "--kernel", "k", "--device", "host:0"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("'k'") && !err.contains("panicked"), "{err}");
+    // Not IR: prose, binary after a comment, blank text.
+    for (name, bytes) in [
+        ("prose", b"hello world\n".to_vec()),
+        ("binary", b"; header\n\x00\x01\x02\xff".to_vec()),
+        ("blank", b" \n\t\n".to_vec()),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, &bytes).unwrap();
+        let out = offload(
+            &[
+                "jit",
+                p.to_str().unwrap(),
+                "--target",
+                "x86_64-unknown-linux-gnu",
+                "--cpu",
+                "x86-64",
+                "-o",
+                dir.join("x").to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(
+            stderr(&out).contains("neither LLVM bitcode nor textual IR"),
+            "{name}: {}",
+            stderr(&out)
+        );
+        let out = offload(&["run", p.to_str().unwrap(), "--kernel", "k"], &[]);
+        assert!(
+            stderr(&out).contains("unknown image format"),
+            "{name}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -230,18 +230,14 @@ pub fn looks_like_ptx(bytes: &[u8]) -> bool {
 /// summary entry `^0 =`). Comments and blank lines may be any length and in any encoding. LLVM
 /// itself makes the final decision when it parses the module; this only has to agree with it
 /// on what *starts* like IR.
+///
+/// A module with no top-level entity at all is valid IR too (`llc` compiles it to an empty
+/// module; three of LLVM's own NVPTX CodeGen tests are such files): text of `;` comments and
+/// blank lines only is IR when [`is_empty_llvm_module`] says so.
 pub fn looks_like_llvm_ir(bytes: &[u8]) -> bool {
-    let mut rest = bytes;
-    loop {
-        rest = rest.trim_ascii_start();
-        match rest.first() {
-            Some(b';') => {
-                let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-                rest = &rest[end..];
-            }
-            Some(_) => break,
-            None => return false,
-        }
+    let rest = skip_ir_comments(bytes);
+    if rest.is_empty() {
+        return is_empty_llvm_module(bytes);
     }
     let word_end = |r: &[u8]| {
         r.iter()
@@ -283,6 +279,36 @@ pub fn looks_like_llvm_ir(bytes: &[u8]) -> bool {
             sigil != b'%' || value.trim_ascii_start().starts_with(b"type")
         }
     }
+}
+
+/// What follows the leading whitespace and `;` comments of IR text.
+fn skip_ir_comments(bytes: &[u8]) -> &[u8] {
+    let mut rest = bytes;
+    loop {
+        rest = rest.trim_ascii_start();
+        match rest.first() {
+            Some(b';') => {
+                let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+                rest = &rest[end..];
+            }
+            _ => return rest,
+        }
+    }
+}
+
+/// Whether the bytes are an LLVM IR module with no top-level entities: at least one `;`
+/// comment, nothing but comments and whitespace, and text (no NUL or other control byte
+/// besides tab, line feed, vertical tab, form feed and carriage return), so that binary data
+/// that happens to start with `;` is not taken for a module. Such a module has no target
+/// triple: it is compiled for whichever target it is asked for, and the runtime cannot route
+/// it by itself.
+pub fn is_empty_llvm_module(bytes: &[u8]) -> bool {
+    skip_ir_comments(bytes).is_empty()
+        && bytes.trim_ascii_start().first() == Some(&b';')
+        && bytes
+            .iter()
+            .all(|&b| b >= 0x20 || matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        && !bytes.contains(&0x7f)
 }
 
 fn read_u16(bytes: &[u8], at: usize, endian: ElfEndian) -> u16 {

@@ -488,8 +488,15 @@ fn ir_that_starts_with_comments_globals_or_declarations_is_ir() {
             .unwrap_or_else(|e| panic!("{start:?}: {e}"));
         assert!(String::from_utf8_lossy(&out.image.bytes).contains(".entry k("));
     }
-    // A comment-only file or prose is not IR.
-    for not_ir in ["; just a comment\n", "hello world\n", "defined behaviour\n"] {
+    // A comment-only file is an empty module (see the oracle tests); prose, binary data after
+    // a `;`, and blank text are not IR.
+    for not_ir in [
+        "hello world\n",
+        "defined behaviour\n",
+        "; a comment\n\0\x01binary",
+        ";\x7f\n",
+        "  \n\n",
+    ] {
         let e = c.compile(&ptx_request(not_ir.as_bytes())).unwrap_err();
         assert!(e.to_string().contains("neither LLVM bitcode"), "{e}");
     }

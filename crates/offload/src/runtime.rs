@@ -459,6 +459,14 @@ impl Runtime {
     fn route_jit_input(&self, image: &[u8]) -> Result<Device> {
         // Read without LLVM: routing never maps libLLVM, and a malformed module fails here.
         let triple = offload_core::bitcode::module_triple(image)?;
+        if triple.is_empty() && offload_core::image::is_empty_llvm_module(image) {
+            return Err(Error::Unsupported(
+                "the LLVM module is empty (only comments, no top-level entities) and has no \
+                 target triple, so it is not clear which device it is for; choose the device \
+                 (--device PLUGIN:INDEX), whose triple it is then compiled for"
+                    .into(),
+            ));
+        }
         if triple.is_empty() {
             return Err(Error::Unsupported(
                 "the LLVM module has no target triple, so it is not clear which device it is \
