@@ -7,6 +7,9 @@
 //! on. Each time is the median of interleaved cold and warm rounds; `OFFLOAD_BENCH_ROUNDS` sets
 //! their number (7 by default).
 //!
+//! Then `offload info` with a cache of 1,000 entries against `OFFLOAD_CACHE=0` (it counts the
+//! entries by name and size, reading none), interleaved, with the range of the ratio.
+//!
 //!     cargo build --release --workspace && cargo bench -p offload-tests --bench jit_disk_cache
 
 use offload_tests::*;
@@ -21,10 +24,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs `offload ARGS` with the cache in `dir`; returns the wall time in ms and the JSON.
 fn timed(args: &[&str], dir: &Path) -> (f64, serde_json::Value) {
+    timed_with(args, dir, "1")
+}
+
+/// [`timed`] with `OFFLOAD_CACHE=cache`.
+fn timed_with(args: &[&str], dir: &Path, cache: &str) -> (f64, serde_json::Value) {
     let t = Instant::now();
     let o = Command::new(offload_bin())
         .args(args)
-        .env("OFFLOAD_CACHE", "1")
+        .env("OFFLOAD_CACHE", cache)
         .env("OFFLOAD_CACHE_DIR", dir)
         .env("OFFLOAD_PLUGINS", "host,cuda,amdgpu")
         .output()
@@ -136,4 +144,64 @@ fn main() {
         let (c, w) = (median(cold), median(warm));
         println!("{label:<46} {c:>8.1}ms {w:>8.1}ms {:>10.3}x  {how}", w / c);
     }
+    info_with_many_entries(&scratch, rounds.max(15));
+}
+
+/// `offload info` with 1,000 entries in the cache against the cache turned off.
+fn info_with_many_entries(scratch: &Path, rounds: usize) {
+    let args = ["info", "--json"];
+    const ENTRIES: usize = 1000;
+    let dir = scratch.join("many-entries");
+    let _ = std::fs::remove_dir_all(&dir);
+    let host = host_bitcode("saxpy");
+    let run = [
+        "run",
+        host.to_str().unwrap(),
+        "--kernel",
+        "saxpy",
+        "--arg",
+        "i32:1",
+        "--arg",
+        "f32:1",
+        "--arg",
+        "buf:f32:1",
+        "--arg",
+        "buf:f32:1",
+        "--json",
+    ];
+    timed(&run, &dir);
+    let entry = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "entry"))
+        .expect("an entry was written");
+    let bytes = std::fs::read(&entry).unwrap();
+    for i in 1..ENTRIES {
+        std::fs::write(
+            dir.join(format!("{:064x}.entry", i as u128 * 0x9e37_79b9)),
+            &bytes,
+        )
+        .unwrap();
+    }
+    let (mut on, mut off, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut counted = serde_json::Value::Null;
+    for _ in 0..rounds {
+        let (a, json) = timed(&args, &dir);
+        let (b, _) = timed_with(&args, &dir, "0");
+        counted = json["jit"]["disk_cache"]["entries"].clone();
+        on.push(a);
+        off.push(b);
+        ratios.push(a / b);
+    }
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
+    println!(
+        "offload info, {ENTRIES} entries ({counted} counted) {:>8.1}ms vs OFFLOAD_CACHE=0 {:.1}ms: \
+         {:.2}x (range {lo:.2}-{hi:.2}x over {} rounds)",
+        median(on),
+        median(off),
+        median(ratios.clone()),
+        ratios.len()
+    );
 }

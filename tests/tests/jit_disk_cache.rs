@@ -291,10 +291,17 @@ fn blake3_of(bytes: &[u8]) -> [u8; 32] {
     offload_jit_client::disk::digest(bytes)
 }
 
+/// Four processes of four threads each load the same four images into an empty directory:
+/// four compiles in all. (This test failed once, in 2026-12, with its message lost; it then
+/// passed 285 runs in a row with both cores busy with a release build. So that a failure
+/// explains itself, every loader's JIT log (`OFFLOAD_INFO=jit`: each request, served from
+/// memory, disk or a compile, with its key) and the directory's listing go into every
+/// assertion's message.)
 #[test]
 fn processes_that_miss_together_compile_each_key_once() {
     let dir = cache_dir("many");
-    let env = cache_env(&dir);
+    let mut env = cache_env(&dir);
+    env.push(("OFFLOAD_INFO", "jit".into()));
     let imgs = images();
     let children: Vec<_> = (0..4)
         .map(|_| {
@@ -305,24 +312,62 @@ fn processes_that_miss_together_compile_each_key_once() {
                 .unwrap()
         })
         .collect();
-    let results: Vec<Value> = children
+    let outputs: Vec<Output> = children
         .into_iter()
-        .map(|c| loader_json(&c.wait_with_output().unwrap()))
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let listing = |dir: &Path| -> String {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|r| {
+                r.filter_map(|e| e.ok())
+                    .map(|e| {
+                        let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                        format!("{} ({len} bytes)", e.file_name().to_string_lossy())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names.join(", ")
+    };
+    let diagnostics = || {
+        let mut d = format!("\ndirectory: {}\n", listing(&dir));
+        for (i, o) in outputs.iter().enumerate() {
+            d.push_str(&format!(
+                "--- loader {i} ({}): {}\n{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout).trim(),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        d
+    };
+    let results: Vec<Value> = outputs
+        .iter()
+        .map(|o| {
+            assert!(o.status.success(), "a loader failed:{}", diagnostics());
+            serde_json::from_slice(&o.stdout).unwrap()
+        })
         .collect();
     let compiles: u64 = results
         .iter()
         .map(|r| r["compiles"].as_u64().unwrap())
         .sum();
-    assert_eq!(compiles, 4, "one compile per key in all: {results:?}");
+    assert_eq!(compiles, 4, "one compile per key in all:{}", diagnostics());
     for r in &results {
-        assert_eq!(r["failures"], 0, "{r}");
+        assert_eq!(r["failures"], 0, "{r}:{}", diagnostics());
     }
-    assert_eq!(entries(&dir).len(), 4);
+    assert_eq!(entries(&dir).len(), 4, "{}", diagnostics());
     let list = list_json(&env);
     for e in list["entries"].as_array().unwrap() {
-        assert!(e["error"].is_null(), "{e}");
+        assert!(e["error"].is_null(), "{e}:{}", diagnostics());
     }
-    assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
+    assert!(
+        leftovers(&dir).is_empty(),
+        "{:?}:{}",
+        leftovers(&dir),
+        diagnostics()
+    );
 }
 
 #[test]
@@ -343,6 +388,16 @@ fn the_size_cap_holds_and_pruning_deletes_only_the_caches_files() {
     for f in &foreign {
         std::fs::write(f, vec![7u8; 100_000]).unwrap();
     }
+    // `offload info` counts entries by name and size, reading none (so it stays fast on a big
+    // cache): the foreign file named like an entry counts there. `offload cache stats` checks
+    // each file's magic: it counts only the cache's own.
+    let info = offload_env(&["info", "--json"], &env);
+    let info: Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["jit"]["disk_cache"]["entries"], 5, "{info}");
+    let stats = offload_env(&["cache", "stats", "--json"], &env);
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["entries"], 4, "{stats}");
+    assert_eq!(stats["other_files"], 2, "{stats}");
     // A cap of half: prune deletes the least recently used down to 90 % of it.
     let cap = total / 2;
     env.push(("OFFLOAD_CACHE_MAX_SIZE", cap.to_string()));

@@ -863,19 +863,25 @@ impl DiskCache {
         }
     }
 
-    /// Every file in the directory with what the cache makes of it.
-    fn scan(&self) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata, Kind)>> {
+    /// Every file in the directory with what the cache makes of it. With `Scan::Magic` a file
+    /// named like an entry is one only if it starts with the entry magic (one read each: what
+    /// deleting and listing need); `Scan::Names` decides by name and a stat alone (what counting
+    /// needs, fast on a cache of thousands of entries).
+    fn scan(&self, how: Scan) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata, Kind)>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(self.dir())? {
             let e = e?;
-            let Ok(m) = e.path().symlink_metadata() else {
+            // DirEntry::metadata does not follow symlinks (an fstatat on the open directory).
+            let Ok(m) = e.metadata() else {
                 continue;
             };
             let name = e.file_name();
             let name = name.to_string_lossy();
             let kind = if !m.is_file() {
                 Kind::Other
-            } else if name.strip_suffix(ENTRY_EXT).is_some_and(is_hex_key) && has_magic(&e.path()) {
+            } else if name.strip_suffix(ENTRY_EXT).is_some_and(is_hex_key)
+                && (how == Scan::Names || has_magic(&e.path()))
+            {
                 // (A file named like an entry without the magic is not the cache's.)
                 Kind::Entry
             } else if name.strip_suffix(LOCK_EXT).is_some_and(is_hex_key) {
@@ -911,7 +917,7 @@ impl DiskCache {
             "prune the disk cache {}", self.dir().display())
         .entered();
         let files = self
-            .scan()
+            .scan(Scan::Magic)
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let mut report = PruneReport::default();
         let mut entries = Vec::new();
@@ -956,10 +962,23 @@ impl DiskCache {
         Ok(report)
     }
 
-    /// What the directory holds.
+    /// What the directory holds, each file named like an entry checked for the entry magic
+    /// (one read per entry: `offload cache stats`).
     pub fn summary(&self) -> std::result::Result<DirSummary, String> {
+        self.summarise(Scan::Magic)
+    }
+
+    /// What the directory holds, counted by name and size: one `stat` per file and no file
+    /// read, so `offload info` stays fast on a cache of thousands of entries. A file of another
+    /// program named like an entry counts as one here, unlike in [`DiskCache::summary`];
+    /// pruning and clearing delete only files with the entry magic.
+    pub fn summary_by_name(&self) -> std::result::Result<DirSummary, String> {
+        self.summarise(Scan::Names)
+    }
+
+    fn summarise(&self, how: Scan) -> std::result::Result<DirSummary, String> {
         let files = self
-            .scan()
+            .scan(how)
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let mut s = DirSummary::default();
         for (_, m, kind) in files {
@@ -980,7 +999,7 @@ impl DiskCache {
     /// Every entry, most recently used first, each checked in full.
     pub fn list(&self) -> std::result::Result<Vec<EntryInfo>, String> {
         let files = self
-            .scan()
+            .scan(Scan::Magic)
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let mut out: Vec<EntryInfo> = files
             .into_iter()
@@ -1009,7 +1028,7 @@ impl DiskCache {
             return Err("the cache is read-only (OFFLOAD_CACHE=read-only)".into());
         }
         let files = self
-            .scan()
+            .scan(Scan::Magic)
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let (mut n, mut bytes) = (0, 0);
         for (path, m, kind) in files {
@@ -1026,6 +1045,15 @@ impl DiskCache {
         }
         Ok((n, bytes))
     }
+}
+
+/// How [`DiskCache::scan`] tells entries from other files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// By name, and by the magic at the start of the file.
+    Magic,
+    /// By name only.
+    Names,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

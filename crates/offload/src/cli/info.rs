@@ -75,7 +75,7 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             let disk = client.disk();
             let d = disk.config();
             let summary = (d.mode != offload_jit_client::DiskMode::Off && d.dir.is_dir())
-                .then(|| disk.summary().ok())
+                .then(|| disk.summary_by_name().ok())
                 .flatten();
             let stats = disk.stats();
             let disk_json = json!({
