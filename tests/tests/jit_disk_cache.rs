@@ -388,9 +388,9 @@ fn the_size_cap_holds_and_pruning_deletes_only_the_caches_files() {
     for f in &foreign {
         std::fs::write(f, vec![7u8; 100_000]).unwrap();
     }
-    // `offload info` counts entries by name and size, reading none (so it stays fast on a big
-    // cache): the foreign file named like an entry counts there. `offload cache stats` checks
-    // each file's magic: it counts only the cache's own.
+    // `offload info` counts entries from the directory listing, with no stat or read (so it
+    // stays fast on a big cache): the foreign file named like an entry counts there. `offload
+    // cache stats` checks each file's magic: it counts only the cache's own.
     let info = offload_env(&["info", "--json"], &env);
     let info: Value = serde_json::from_slice(&info.stdout).unwrap();
     assert_eq!(info["jit"]["disk_cache"]["entries"], 5, "{info}");

@@ -127,6 +127,17 @@ pub struct DirSummary {
     pub others: u64,
 }
 
+/// The directory's files counted by name ([`DiskCache::count_by_name`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NameCount {
+    /// Files named like entries.
+    pub entries: u64,
+    /// Files named like lock files.
+    pub locks: u64,
+    /// Files named like temporary files.
+    pub temporaries: u64,
+}
+
 /// What a prune did.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PruneReport {
@@ -863,11 +874,9 @@ impl DiskCache {
         }
     }
 
-    /// Every file in the directory with what the cache makes of it. With `Scan::Magic` a file
-    /// named like an entry is one only if it starts with the entry magic (one read each: what
-    /// deleting and listing need); `Scan::Names` decides by name and a stat alone (what counting
-    /// needs, fast on a cache of thousands of entries).
-    fn scan(&self, how: Scan) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata, Kind)>> {
+    /// Every file in the directory with what the cache makes of it: a file named like an entry
+    /// is one only if it starts with the entry magic.
+    fn scan(&self) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata, Kind)>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(self.dir())? {
             let e = e?;
@@ -879,9 +888,7 @@ impl DiskCache {
             let name = name.to_string_lossy();
             let kind = if !m.is_file() {
                 Kind::Other
-            } else if name.strip_suffix(ENTRY_EXT).is_some_and(is_hex_key)
-                && (how == Scan::Names || has_magic(&e.path()))
-            {
+            } else if name.strip_suffix(ENTRY_EXT).is_some_and(is_hex_key) && has_magic(&e.path()) {
                 // (A file named like an entry without the magic is not the cache's.)
                 Kind::Entry
             } else if name.strip_suffix(LOCK_EXT).is_some_and(is_hex_key) {
@@ -917,7 +924,7 @@ impl DiskCache {
             "prune the disk cache {}", self.dir().display())
         .entered();
         let files = self
-            .scan(Scan::Magic)
+            .scan()
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let mut report = PruneReport::default();
         let mut entries = Vec::new();
@@ -963,22 +970,10 @@ impl DiskCache {
     }
 
     /// What the directory holds, each file named like an entry checked for the entry magic
-    /// (one read per entry: `offload cache stats`).
+    /// and measured (a `stat` and a read per entry: `offload cache stats`).
     pub fn summary(&self) -> std::result::Result<DirSummary, String> {
-        self.summarise(Scan::Magic)
-    }
-
-    /// What the directory holds, counted by name and size: one `stat` per file and no file
-    /// read, so `offload info` stays fast on a cache of thousands of entries. A file of another
-    /// program named like an entry counts as one here, unlike in [`DiskCache::summary`];
-    /// pruning and clearing delete only files with the entry magic.
-    pub fn summary_by_name(&self) -> std::result::Result<DirSummary, String> {
-        self.summarise(Scan::Names)
-    }
-
-    fn summarise(&self, how: Scan) -> std::result::Result<DirSummary, String> {
         let files = self
-            .scan(how)
+            .scan()
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let mut s = DirSummary::default();
         for (_, m, kind) in files {
@@ -996,10 +991,37 @@ impl DiskCache {
         Ok(s)
     }
 
+    /// How many files the directory holds that are named like entries, locks and temporaries,
+    /// from the directory listing alone (no `stat`, no read: `offload info`, fast on a cache of
+    /// thousands of entries, where a `stat` each costs milliseconds). A file of another
+    /// program named like an entry counts as one here, unlike in [`DiskCache::summary`];
+    /// pruning and clearing delete only files with the entry magic.
+    pub fn count_by_name(&self) -> std::result::Result<NameCount, String> {
+        let cannot = |e: std::io::Error| format!("cannot list '{}': {e}", self.dir().display());
+        let mut c = NameCount::default();
+        for e in std::fs::read_dir(self.dir()).map_err(cannot)? {
+            let e = e.map_err(cannot)?;
+            // From the listing's d_type where the filesystem fills it in.
+            if !e.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.strip_suffix(ENTRY_EXT).is_some_and(is_hex_key) {
+                c.entries += 1;
+            } else if name.strip_suffix(LOCK_EXT).is_some_and(is_hex_key) {
+                c.locks += 1;
+            } else if name.starts_with(TMP_PREFIX) {
+                c.temporaries += 1;
+            }
+        }
+        Ok(c)
+    }
+
     /// Every entry, most recently used first, each checked in full.
     pub fn list(&self) -> std::result::Result<Vec<EntryInfo>, String> {
         let files = self
-            .scan(Scan::Magic)
+            .scan()
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let mut out: Vec<EntryInfo> = files
             .into_iter()
@@ -1028,7 +1050,7 @@ impl DiskCache {
             return Err("the cache is read-only (OFFLOAD_CACHE=read-only)".into());
         }
         let files = self
-            .scan(Scan::Magic)
+            .scan()
             .map_err(|e| format!("cannot list '{}': {e}", self.dir().display()))?;
         let (mut n, mut bytes) = (0, 0);
         for (path, m, kind) in files {
@@ -1045,15 +1067,6 @@ impl DiskCache {
         }
         Ok((n, bytes))
     }
-}
-
-/// How [`DiskCache::scan`] tells entries from other files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scan {
-    /// By name, and by the magic at the start of the file.
-    Magic,
-    /// By name only.
-    Names,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

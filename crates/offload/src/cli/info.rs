@@ -75,7 +75,7 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             let disk = client.disk();
             let d = disk.config();
             let summary = (d.mode != offload_jit_client::DiskMode::Off && d.dir.is_dir())
-                .then(|| disk.summary_by_name().ok())
+                .then(|| disk.count_by_name().ok())
                 .flatten();
             let stats = disk.stats();
             let disk_json = json!({
@@ -85,7 +85,6 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 "trust": d.trust,
                 "note": d.note,
                 "entries": summary.as_ref().map(|s| s.entries),
-                "bytes": summary.as_ref().map(|s| s.bytes),
                 "locks": summary.as_ref().map(|s| s.locks),
                 "temporaries": summary.as_ref().map(|s| s.temporaries),
                 "hits": stats.hits,
@@ -225,10 +224,9 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                     .unwrap_or_default()
             ),
             (_, Some(n)) => outln!(
-                "cache    {} ({mode}), {n} entr{}, {} of {} cap",
+                "cache    {} ({mode}), {n} entr{}, cap {} (sizes: offload cache stats)",
                 printable(d["dir"].as_str().unwrap_or("?")),
                 if n == 1 { "y" } else { "ies" },
-                human_bytes(d["bytes"].as_u64().unwrap_or(0)),
                 human_bytes(d["max_bytes"].as_u64().unwrap_or(0))
             ),
             (_, None) => outln!(
