@@ -202,7 +202,11 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
     }
     if let Some(e) = jit["limits"]["error"].as_str() {
         outln!("         limits: error: {}", printable(e));
-    } else if let Some(limits) = jit["limits"].as_object() {
+    } else if let Some(limits) = jit["limits"]
+        .as_object()
+        .filter(|_| jit["isolation"] == "worker")
+    {
+        // (In-process compiles run under this process's own limits.)
         for l in offload_jit_client::limits::RESOURCES {
             let v = &limits[l.key()];
             outln!(
