@@ -47,6 +47,9 @@ run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'pack
 run_group layer   -p plugin-common
 run_group host    -p plugin-host-elf -p offload-tests -E 'package(plugin-host-elf) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory) | binary(hostile) | binary(host_work_groups) | binary(host_barrier_regions) | binary(diagnostics)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
+# The drop-in libomptarget.so.19.1: its unit tests (the mapping algorithm against a model) and
+# OpenMP programs built by clang-19 run on it (LLVM's own suite: scripts/omp-conformance.sh).
+run_group openmp  -p omptarget -p offload-tests -E 'package(omptarget) | binary(omptarget)'
 # The CUDA GPU tests are #[ignore]d; they run where `offload info` lists a CUDA device.
 cuda_state=$(target/debug/offload info --json 2>/dev/null | python3 -c '
 import json, sys

@@ -22,7 +22,7 @@ mod discovery;
 mod runtime;
 
 pub use discovery::{
-    ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs,
+    ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs, plugin_filter,
 };
 pub use offload_core::{
     DeviceInfo, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, KernelArg,

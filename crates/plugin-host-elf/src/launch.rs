@@ -503,8 +503,11 @@ where
     // The calling thread (which waits for the launch anyway) takes ranges too, with one fewer
     // pool worker woken: no wake-up latency before the first block runs, as OpenMP's master
     // thread does.
+    // No more helpers than there are blocks for them: a one-block launch (an OpenMP target
+    // region, called once) runs on the calling thread alone.
+    let helpers = workers.min(blocks).saturating_sub(1);
     pool.in_place_scope(|s| {
-        for _ in 1..workers {
+        for _ in 0..helpers {
             s.spawn(|_| work());
         }
         work();

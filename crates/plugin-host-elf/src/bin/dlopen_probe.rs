@@ -13,8 +13,12 @@ fn main() -> ExitCode {
         return ExitCode::from(3);
     };
     let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+    // Functions are bound lazily here: an image may take functions from libraries the plugin's
+    // process has loaded and this one has not (an OpenMP image JIT-compiled from bitcode calls
+    // the program's libomp). The probe checks that the image loads and its initialisers finish;
+    // the plugin's own load (RTLD_NOW) then reports any function that is really missing.
     // SAFETY: a valid C string; loading the image (and running its initialisers) is the point.
-    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
     if handle.is_null() {
         // SAFETY: dlerror returns null or a NUL-terminated string.
         let e = unsafe { libc::dlerror() };

@@ -1,0 +1,679 @@
+//! The OpenMP device-memory API (`omp_target_*`, `omp_get_mapped_ptr`, `llvm_omp_target_*`),
+//! the device queries, and the corners that are not supported (interop, OMPT) with upstream's
+//! answers. Everything is synchronous; the `_async` forms finish before they return.
+
+use crate::abi::{FAIL, SUCCESS};
+use crate::mapping::{self, DeviceMemory};
+use crate::messages;
+use crate::rtl::{self, OmpDevice, lock};
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+fn num_devices() -> c_int {
+    rtl::get().map_or(0, |r| r.devices.len() as c_int)
+}
+
+/// The device for `dev`, or `None` for the initial (host) device; out of range is fatal.
+fn device(dev: c_int, what: &str) -> Result<Option<Arc<OmpDevice>>, ()> {
+    let n = num_devices();
+    if dev == n {
+        return Ok(None);
+    }
+    let Some(rtl) = rtl::get() else {
+        return Err(());
+    };
+    if dev < 0 || dev > n {
+        messages::fatal(
+            dev,
+            &format!("Device number '{dev}' out of range, only {n} devices available"),
+        );
+    }
+    let d = rtl.devices[dev as usize].clone();
+    if let Err(e) = rtl.init_device(&d) {
+        messages::error(&format!("{what}: device {dev}: {e}"));
+        return Err(());
+    }
+    Ok(Some(d))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn omp_get_num_devices() -> c_int {
+    num_devices()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn omp_get_initial_device() -> c_int {
+    num_devices()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn omp_get_device_num() -> c_int {
+    num_devices()
+}
+
+fn alloc(size: usize, dev: c_int, what: &str) -> *mut c_void {
+    if size == 0 {
+        return std::ptr::null_mut();
+    }
+    match device(dev, what) {
+        // SAFETY: plain malloc for the host device, as upstream.
+        Ok(None) => unsafe { libc::malloc(size) },
+        Ok(Some(d)) => d
+            .alloc(size as u64)
+            .map_or(std::ptr::null_mut(), |p| p as *mut c_void),
+        Err(()) => std::ptr::null_mut(),
+    }
+}
+
+fn free(ptr: *mut c_void, dev: c_int, what: &str) {
+    if ptr.is_null() {
+        return;
+    }
+    match device(dev, what) {
+        // SAFETY: memory `alloc` gave for the host device.
+        Ok(None) => unsafe { libc::free(ptr) },
+        Ok(Some(d)) => d.free(ptr as u64),
+        Err(()) => {}
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn omp_target_alloc(size: usize, dev: c_int) -> *mut c_void {
+    alloc(size, dev, "omp_target_alloc")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn llvm_omp_target_alloc_device(size: usize, dev: c_int) -> *mut c_void {
+    alloc(size, dev, "llvm_omp_target_alloc_device")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn llvm_omp_target_alloc_host(size: usize, dev: c_int) -> *mut c_void {
+    alloc(size, dev, "llvm_omp_target_alloc_host")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn llvm_omp_target_alloc_shared(size: usize, dev: c_int) -> *mut c_void {
+    alloc(size, dev, "llvm_omp_target_alloc_shared")
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_free(ptr: *mut c_void, dev: c_int) {
+    free(ptr, dev, "omp_target_free")
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn llvm_omp_target_free_device(ptr: *mut c_void, dev: c_int) {
+    free(ptr, dev, "llvm_omp_target_free_device")
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn llvm_omp_target_free_host(ptr: *mut c_void, dev: c_int) {
+    free(ptr, dev, "llvm_omp_target_free_host")
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn llvm_omp_target_free_shared(ptr: *mut c_void, dev: c_int) {
+    free(ptr, dev, "llvm_omp_target_free_shared")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn llvm_omp_target_dynamic_shared_alloc() -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn llvm_omp_target_lock_mem(
+    ptr: *mut c_void,
+    _size: usize,
+    _dev: c_int,
+) -> *mut c_void {
+    ptr
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn llvm_omp_target_unlock_mem(_ptr: *mut c_void, _dev: c_int) {}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_is_present(ptr: *const c_void, dev: c_int) -> c_int {
+    if ptr.is_null() {
+        return 0;
+    }
+    match device(dev, "omp_target_is_present") {
+        Ok(None) => 1,
+        Ok(Some(d)) => {
+            let st = lock(&d.state);
+            c_int::from(st.table.translate(ptr as usize).is_some())
+        }
+        Err(()) => 0,
+    }
+}
+
+/// One synchronous copy between any two devices (the host is the initial device).
+fn copy(dst: usize, src: usize, len: usize, dst_dev: c_int, src_dev: c_int) -> c_int {
+    if len == 0 {
+        return SUCCESS;
+    }
+    if dst == 0 || src == 0 {
+        return FAIL;
+    }
+    let (Ok(to), Ok(from)) = (
+        device(dst_dev, "omp_target_memcpy"),
+        device(src_dev, "omp_target_memcpy"),
+    ) else {
+        return FAIL;
+    };
+    let ok = match (to, from) {
+        (None, None) => {
+            // SAFETY: the caller's `len` bytes at each (they may overlap: memmove).
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+            true
+        }
+        (Some(t), None) => t.submit(dst as u64, src, len as u64),
+        (None, Some(f)) => f.retrieve(dst, src as u64, len as u64),
+        (Some(t), Some(f)) => {
+            let mut staging = vec![0u8; len];
+            f.retrieve(staging.as_mut_ptr() as usize, src as u64, len as u64)
+                && t.submit(dst as u64, staging.as_ptr() as usize, len as u64)
+        }
+    };
+    if ok { SUCCESS } else { FAIL }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_memcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    dst_off: usize,
+    src_off: usize,
+    dst_dev: c_int,
+    src_dev: c_int,
+) -> c_int {
+    if len == 0 {
+        return SUCCESS;
+    }
+    if dst.is_null() || src.is_null() {
+        return FAIL;
+    }
+    copy(
+        dst as usize + dst_off,
+        src as usize + src_off,
+        len,
+        dst_dev,
+        src_dev,
+    )
+}
+
+#[expect(clippy::too_many_arguments, reason = "the C ABI's argument lists")]
+unsafe fn rect(
+    dst: usize,
+    src: usize,
+    elem: usize,
+    dims: usize,
+    volume: *const usize,
+    dst_offs: *const usize,
+    src_offs: *const usize,
+    dst_dims: *const usize,
+    src_dims: *const usize,
+    dst_dev: c_int,
+    src_dev: c_int,
+) -> c_int {
+    // SAFETY: arrays of `dims` entries (caller's contract).
+    unsafe {
+        if dims == 1 {
+            return copy(
+                dst + elem * *dst_offs,
+                src + elem * *src_offs,
+                elem * *volume,
+                dst_dev,
+                src_dev,
+            );
+        }
+        // The size of one slice of the lower dimensions.
+        let mut dst_slice = elem;
+        let mut src_slice = elem;
+        for i in 1..dims {
+            dst_slice *= *dst_dims.add(i);
+            src_slice *= *src_dims.add(i);
+        }
+        for i in 0..*volume {
+            let r = rect(
+                dst + dst_slice * (*dst_offs + i),
+                src + src_slice * (*src_offs + i),
+                elem,
+                dims - 1,
+                volume.add(1),
+                dst_offs.add(1),
+                src_offs.add(1),
+                dst_dims.add(1),
+                src_dims.add(1),
+                dst_dev,
+                src_dev,
+            );
+            if r != SUCCESS {
+                return r;
+            }
+        }
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_memcpy_rect(
+    dst: *mut c_void,
+    src: *const c_void,
+    elem: usize,
+    dims: c_int,
+    volume: *const usize,
+    dst_offs: *const usize,
+    src_offs: *const usize,
+    dst_dims: *const usize,
+    src_dims: *const usize,
+    dst_dev: c_int,
+    src_dev: c_int,
+) -> c_int {
+    if dst.is_null() && src.is_null() {
+        return c_int::MAX;
+    }
+    if dst.is_null()
+        || src.is_null()
+        || elem == 0
+        || dims < 1
+        || volume.is_null()
+        || dst_offs.is_null()
+        || src_offs.is_null()
+        || dst_dims.is_null()
+        || src_dims.is_null()
+    {
+        return FAIL;
+    }
+    // SAFETY: the caller's arrays of `dims` entries.
+    unsafe {
+        rect(
+            dst as usize,
+            src as usize,
+            elem,
+            dims as usize,
+            volume,
+            dst_offs,
+            src_offs,
+            dst_dims,
+            src_dims,
+            dst_dev,
+            src_dev,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_memcpy_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    dst_off: usize,
+    src_off: usize,
+    dst_dev: c_int,
+    src_dev: c_int,
+    _depobj_count: c_int,
+    _depobj_list: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded; done before it returns.
+    unsafe { omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_memcpy_rect_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    elem: usize,
+    dims: c_int,
+    volume: *const usize,
+    dst_offs: *const usize,
+    src_offs: *const usize,
+    dst_dims: *const usize,
+    src_dims: *const usize,
+    dst_dev: c_int,
+    src_dev: c_int,
+    _depobj_count: c_int,
+    _depobj_list: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded; done before it returns.
+    unsafe {
+        omp_target_memcpy_rect(
+            dst, src, elem, dims, volume, dst_offs, src_offs, dst_dims, src_dims, dst_dev, src_dev,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_memset(
+    ptr: *mut c_void,
+    value: c_int,
+    len: usize,
+    dev: c_int,
+) -> *mut c_void {
+    if ptr.is_null() || len == 0 {
+        return ptr;
+    }
+    match device(dev, "omp_target_memset") {
+        // SAFETY: the caller's `len` bytes.
+        Ok(None) => unsafe {
+            libc::memset(ptr, value, len);
+        },
+        Ok(Some(d)) => {
+            let buf = vec![value as u8; len];
+            d.submit(ptr as u64, buf.as_ptr() as usize, len as u64);
+        }
+        Err(()) => {}
+    }
+    ptr
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_memset_async(
+    ptr: *mut c_void,
+    value: c_int,
+    len: usize,
+    dev: c_int,
+    _depobj_count: c_int,
+    _depobj_list: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: forwarded; done before it returns.
+    unsafe { omp_target_memset(ptr, value, len, dev) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_associate_ptr(
+    host: *const c_void,
+    dev_ptr: *const c_void,
+    size: usize,
+    dev_off: usize,
+    dev: c_int,
+) -> c_int {
+    if host.is_null() || dev_ptr.is_null() || size == 0 || dev == num_devices() {
+        return FAIL;
+    }
+    let Ok(Some(d)) = device(dev, "omp_target_associate_ptr") else {
+        return FAIL;
+    };
+    let mut st = lock(&d.state);
+    let (h, tgt) = (host as usize, dev_ptr as u64 + dev_off as u64);
+    if let Some(e) = st.table.entries.get(&h) {
+        // The same association again is fine; another one is not.
+        return if e.hst_end == h + size && e.tgt_begin == tgt {
+            SUCCESS
+        } else {
+            messages::error(
+                "Not allowed to re-associate an existing host pointer with a different device pointer.",
+            );
+            FAIL
+        };
+    }
+    st.table.entries.insert(
+        h,
+        mapping::Entry {
+            hst_base: h,
+            hst_begin: h,
+            hst_end: h + size,
+            tgt_alloc: tgt,
+            tgt_begin: tgt,
+            dyn_ref: mapping::INF,
+            hold_ref: 0,
+            name: String::new(),
+            shadows: Default::default(),
+            owned: false,
+        },
+    );
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: c_int) -> c_int {
+    if host.is_null() || dev == num_devices() {
+        return FAIL;
+    }
+    let Ok(Some(d)) = device(dev, "omp_target_disassociate_ptr") else {
+        return FAIL;
+    };
+    let mut st = lock(&d.state);
+    let h = host as usize;
+    match st.table.entries.get(&h) {
+        Some(e) if e.dyn_ref == mapping::INF => {
+            if e.hold_ref != 0 {
+                messages::error(
+                    "Trying to disassociate a pointer with a non-zero hold reference count",
+                );
+                return FAIL;
+            }
+            st.table.entries.remove(&h);
+            SUCCESS
+        }
+        Some(_) => {
+            messages::error(
+                "Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr",
+            );
+            FAIL
+        }
+        None => {
+            messages::error("Association not found");
+            FAIL
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_get_mapped_ptr(ptr: *const c_void, dev: c_int) -> *mut c_void {
+    if ptr.is_null() {
+        return std::ptr::null_mut();
+    }
+    let n = num_devices();
+    if dev == n {
+        return ptr as *mut c_void;
+    }
+    if dev > n || dev < 0 {
+        return std::ptr::null_mut();
+    }
+    match device(dev, "omp_get_mapped_ptr") {
+        Ok(Some(d)) => lock(&d.state)
+            .table
+            .translate(ptr as usize)
+            .map_or(std::ptr::null_mut(), |t| t as *mut c_void),
+        _ => std::ptr::null_mut(),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn ompx_dump_mapping_tables() {
+    let Some(rtl) = rtl::get() else { return };
+    for d in &rtl.devices {
+        let st = lock(&d.state);
+        if st.table.entries.is_empty() {
+            println!(
+                "omptarget device {} info: OpenMP Host-Device pointer mappings table empty",
+                d.id
+            );
+            continue;
+        }
+        println!(
+            "omptarget device {} info: OpenMP Host-Device pointer mappings after block at unknown:0:0:",
+            d.id
+        );
+        println!(
+            "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration"
+        );
+        for e in st.table.entries.values() {
+            let c = |v: u64| {
+                if v == mapping::INF {
+                    "INF".to_string()
+                } else {
+                    v.to_string()
+                }
+            };
+            println!(
+                "{:#018x} {:#018x} {:<8} {:<11} {:<12} {}",
+                e.hst_begin,
+                e.tgt_begin,
+                e.hst_end - e.hst_begin,
+                c(e.dyn_ref),
+                c(e.hold_ref),
+                e.name
+            );
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_print_device_info(dev: i64) -> i32 {
+    let Some(rtl) = rtl::get() else { return 0 };
+    match rtl.devices.get(dev.max(0) as usize) {
+        Some(d) => {
+            match d.device.info() {
+                Ok(i) => println!("Device {dev}: {} ({})", i.name, i.compute_unit_kind),
+                Err(e) => println!("Device {dev}: {e}"),
+            }
+            1
+        }
+        None => 0,
+    }
+}
+
+// Interop is not supported by the host device (upstream's host plugin refuses it too).
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_interop_init(
+    _loc: *mut c_void,
+    _gtid: i32,
+    interop: *mut *mut c_void,
+    _ty: i32,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
+    if !interop.is_null() {
+        // SAFETY: the caller's slot.
+        unsafe { *interop = std::ptr::null_mut() };
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_interop_use(
+    _loc: *mut c_void,
+    _gtid: i32,
+    _interop: *mut c_void,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_interop_destroy(
+    _loc: *mut c_void,
+    _gtid: i32,
+    _interop: *mut *mut c_void,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
+}
+
+/// `omp_irc_no_value` etc.: every property of a NULL interop object is absent.
+const OMP_IRC_EMPTY: c_int = -6;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_get_interop_int(
+    _interop: *const c_void,
+    _id: c_int,
+    err: *mut c_int,
+) -> isize {
+    if !err.is_null() {
+        // SAFETY: the caller's slot.
+        unsafe { *err = OMP_IRC_EMPTY };
+    }
+    0
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_get_interop_ptr(
+    _interop: *const c_void,
+    _id: c_int,
+    err: *mut c_int,
+) -> *mut c_void {
+    if !err.is_null() {
+        // SAFETY: the caller's slot.
+        unsafe { *err = OMP_IRC_EMPTY };
+    }
+    std::ptr::null_mut()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn omp_get_interop_str(
+    _interop: *const c_void,
+    _id: c_int,
+    err: *mut c_int,
+) -> *const c_char {
+    if !err.is_null() {
+        // SAFETY: the caller's slot.
+        unsafe { *err = OMP_IRC_EMPTY };
+    }
+    std::ptr::null()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn omp_get_interop_name(_interop: *const c_void, _id: c_int) -> *const c_char {
+    std::ptr::null()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn omp_get_interop_type_desc(_interop: *const c_void, _id: c_int) -> *const c_char {
+    std::ptr::null()
+}
+
+/// OMPT: no tool is connected yet (the device-side callbacks are future work).
+#[unsafe(no_mangle)]
+pub extern "C" fn ompt_libomptarget_connect(_result: *mut c_void) {}
+
+// Every export of this file under version node `VERS1.0` (`exports.map` defines the node; rustc
+// links a cdylib with an unversioned script of its own). In this file, so that the directives
+// are assembled with the definitions they name.
+std::arch::global_asm!(
+    ".symver __tgt_interop_destroy, __tgt_interop_destroy@@VERS1.0",
+    ".symver __tgt_interop_init, __tgt_interop_init@@VERS1.0",
+    ".symver __tgt_interop_use, __tgt_interop_use@@VERS1.0",
+    ".symver __tgt_print_device_info, __tgt_print_device_info@@VERS1.0",
+    ".symver llvm_omp_target_alloc_device, llvm_omp_target_alloc_device@@VERS1.0",
+    ".symver llvm_omp_target_alloc_host, llvm_omp_target_alloc_host@@VERS1.0",
+    ".symver llvm_omp_target_alloc_shared, llvm_omp_target_alloc_shared@@VERS1.0",
+    ".symver llvm_omp_target_dynamic_shared_alloc, llvm_omp_target_dynamic_shared_alloc@@VERS1.0",
+    ".symver llvm_omp_target_free_device, llvm_omp_target_free_device@@VERS1.0",
+    ".symver llvm_omp_target_free_host, llvm_omp_target_free_host@@VERS1.0",
+    ".symver llvm_omp_target_free_shared, llvm_omp_target_free_shared@@VERS1.0",
+    ".symver llvm_omp_target_lock_mem, llvm_omp_target_lock_mem@@VERS1.0",
+    ".symver llvm_omp_target_unlock_mem, llvm_omp_target_unlock_mem@@VERS1.0",
+    ".symver omp_get_device_num, omp_get_device_num@@VERS1.0",
+    ".symver omp_get_initial_device, omp_get_initial_device@@VERS1.0",
+    ".symver omp_get_interop_int, omp_get_interop_int@@VERS1.0",
+    ".symver omp_get_interop_name, omp_get_interop_name@@VERS1.0",
+    ".symver omp_get_interop_ptr, omp_get_interop_ptr@@VERS1.0",
+    ".symver omp_get_interop_str, omp_get_interop_str@@VERS1.0",
+    ".symver omp_get_interop_type_desc, omp_get_interop_type_desc@@VERS1.0",
+    ".symver omp_get_mapped_ptr, omp_get_mapped_ptr@@VERS1.0",
+    ".symver omp_get_num_devices, omp_get_num_devices@@VERS1.0",
+    ".symver omp_target_alloc, omp_target_alloc@@VERS1.0",
+    ".symver omp_target_associate_ptr, omp_target_associate_ptr@@VERS1.0",
+    ".symver omp_target_disassociate_ptr, omp_target_disassociate_ptr@@VERS1.0",
+    ".symver omp_target_free, omp_target_free@@VERS1.0",
+    ".symver omp_target_is_present, omp_target_is_present@@VERS1.0",
+    ".symver omp_target_memcpy, omp_target_memcpy@@VERS1.0",
+    ".symver omp_target_memcpy_async, omp_target_memcpy_async@@VERS1.0",
+    ".symver omp_target_memcpy_rect, omp_target_memcpy_rect@@VERS1.0",
+    ".symver omp_target_memcpy_rect_async, omp_target_memcpy_rect_async@@VERS1.0",
+    ".symver omp_target_memset, omp_target_memset@@VERS1.0",
+    ".symver omp_target_memset_async, omp_target_memset_async@@VERS1.0",
+    ".symver ompt_libomptarget_connect, ompt_libomptarget_connect@@VERS1.0",
+    ".symver ompx_dump_mapping_tables, ompx_dump_mapping_tables@@VERS1.0",
+);

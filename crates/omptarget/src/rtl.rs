@@ -1,0 +1,469 @@
+//! The library's state: the offload runtime it reaches devices through, the OpenMP devices
+//! (numbered as upstream numbers them), the registered descriptors and their images, and, per
+//! device, the images loaded on it, their kernels and globals, and the mapping table.
+//!
+//! The runtime is made on the first `__tgt_register_lib` (or `__tgt_rtl_init`) and counted:
+//! it lives until the last unregistration. Plugins and the JIT worker are looked for next to
+//! this library (not next to the executable), then in `OFFLOAD_PLUGIN_PATH`.
+
+use crate::abi::{self, BinDesc, OffloadEntry};
+use crate::mapping::{self, DeviceMemory, Table};
+use crate::messages;
+use offload::{Device, KernelArg, LaunchDims, MemoryKind, Program, Runtime};
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How many OpenMP devices the host plugin's device becomes (upstream's host plugin has 4);
+/// `OFFLOAD_OMP_HOST_DEVICES` changes it (0 to 64).
+const DEFAULT_HOST_DEVICES: usize = 4;
+/// The largest image accepted from a descriptor (a wild `ImageEnd` is refused, not read).
+const MAX_IMAGE_BYTES: usize = 1 << 32;
+/// The most images or entries one descriptor may hold.
+const MAX_COUNT: usize = 1 << 20;
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A host-table entry, copied out of the program's memory.
+#[derive(Debug, Clone)]
+pub struct HostEntry {
+    pub addr: usize,
+    pub name: String,
+    pub size: usize,
+    pub flags: i32,
+    pub data: i32,
+}
+
+/// A registered image.
+#[derive(Debug)]
+pub struct Image {
+    pub bytes: Vec<u8>,
+    pub entries: Arc<[HostEntry]>,
+}
+
+/// What one descriptor registered.
+#[derive(Debug)]
+pub struct Library {
+    pub desc: usize,
+    pub images: Vec<Arc<Image>>,
+}
+
+/// One OpenMP device's mutable state.
+#[derive(Debug, Default)]
+pub struct DeviceState {
+    pub table: Table,
+    /// Images loaded here, by (descriptor, image index).
+    pub loaded: HashMap<(usize, usize), Arc<Program>>,
+    /// Kernels by region id (host address of the entry): (descriptor, image index, name).
+    pub kernels: HashMap<usize, ((usize, usize), offload::Kernel, String)>,
+}
+
+/// One OpenMP device.
+#[derive(Debug)]
+pub struct OmpDevice {
+    pub id: usize,
+    pub device: Device,
+    pub state: Mutex<DeviceState>,
+}
+
+impl DeviceMemory for OmpDevice {
+    fn alloc(&self, size: u64) -> Option<u64> {
+        match self.device.raw().alloc(size, MemoryKind::Device) {
+            Ok(p) => Some(p.0),
+            Err(e) => {
+                messages::error(&format!(
+                    "allocating {size} bytes on device {} failed: {e}",
+                    self.id
+                ));
+                None
+            }
+        }
+    }
+    fn free(&self, ptr: u64) {
+        let _ = self.device.raw().free(offload::DevicePtr(ptr));
+    }
+    fn submit(&self, dst: u64, src: usize, size: u64) -> bool {
+        // SAFETY: the program hands over `size` readable bytes at `src` (the OpenMP contract).
+        let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, size as usize) };
+        match self.device.raw().write(offload::DevicePtr(dst), bytes) {
+            Ok(()) => true,
+            Err(e) => {
+                messages::error(&format!(
+                    "copying {size} bytes to device {} failed: {e}",
+                    self.id
+                ));
+                false
+            }
+        }
+    }
+    fn retrieve(&self, dst: usize, src: u64, size: u64) -> bool {
+        // SAFETY: as above, `size` writable bytes at `dst`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
+        match self.device.raw().read(bytes, offload::DevicePtr(src)) {
+            Ok(()) => true,
+            Err(e) => {
+                messages::error(&format!(
+                    "copying {size} bytes from device {} failed: {e}",
+                    self.id
+                ));
+                false
+            }
+        }
+    }
+}
+
+/// The library's state.
+#[derive(Debug)]
+pub struct Rtl {
+    /// Owns the plugins the devices belong to.
+    #[expect(dead_code, reason = "held for the plugins' lifetime, never read")]
+    pub runtime: Runtime,
+    pub devices: Vec<Arc<OmpDevice>>,
+    pub libraries: Mutex<Vec<Library>>,
+    pub requires: Mutex<i64>,
+}
+
+struct Global {
+    refs: usize,
+    rtl: Option<Arc<Rtl>>,
+}
+
+static GLOBAL: Mutex<Global> = Mutex::new(Global { refs: 0, rtl: None });
+
+/// The directory this library was loaded from.
+fn my_dir() -> Option<PathBuf> {
+    // SAFETY: `Dl_info` is plain data; all zeroes is valid.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads the loader's tables for an address inside this library.
+    if unsafe { libc::dladdr(my_dir as *const libc::c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
+        return None;
+    }
+    // SAFETY: the loader's NUL-terminated file name.
+    let file = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
+    let path = std::fs::canonicalize(&file).unwrap_or_else(|_| PathBuf::from(file));
+    path.parent().map(PathBuf::from)
+}
+
+fn host_devices() -> usize {
+    match std::env::var("OFFLOAD_OMP_HOST_DEVICES") {
+        Err(_) => DEFAULT_HOST_DEVICES,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n <= 64 => n,
+            _ => {
+                messages::error(&format!(
+                    "environment variable OFFLOAD_OMP_HOST_DEVICES='{v}' is not valid: expected a number from 0 to 64; using {DEFAULT_HOST_DEVICES}"
+                ));
+                DEFAULT_HOST_DEVICES
+            }
+        },
+    }
+}
+
+fn make_rtl() -> Rtl {
+    messages::init_from_env();
+    let mut dirs = Vec::new();
+    if let Ok(v) = std::env::var(offload::ENV_PLUGIN_PATH) {
+        dirs.extend(
+            v.split(':')
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute()),
+        );
+    }
+    if let Some(d) = my_dir() {
+        dirs.push(d.join("../lib"));
+        dirs.insert(dirs.len() - 1, d);
+    }
+    let filter = offload::plugin_filter().ok().flatten();
+    let runtime = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
+    // Upstream numbers devices as plugins are initialised: the host plugin's come first here
+    // (the GPU plugins cannot run x86-64 images; their devices follow, for images they take).
+    let mut devices = Vec::new();
+    let mut order: Vec<&offload::PluginSlot> = runtime.plugins().iter().collect();
+    order.sort_by_key(|s| s.name() != "host");
+    for slot in order {
+        let Ok(n) = slot.device_count() else { continue };
+        let copies = if slot.name() == "host" {
+            host_devices()
+        } else {
+            1
+        };
+        for i in 0..n {
+            let Ok(device) = slot.device(i) else { continue };
+            for _ in 0..copies {
+                devices.push(Arc::new(OmpDevice {
+                    id: devices.len(),
+                    device: device.clone(),
+                    state: Mutex::default(),
+                }));
+            }
+        }
+    }
+    Rtl {
+        runtime,
+        devices,
+        libraries: Mutex::default(),
+        requires: Mutex::new(0),
+    }
+}
+
+/// Counts one more user of the runtime (making it on the first).
+pub fn init() -> Arc<Rtl> {
+    let mut g = lock(&GLOBAL);
+    g.refs += 1;
+    g.rtl.get_or_insert_with(|| Arc::new(make_rtl())).clone()
+}
+
+/// Counts one user fewer; the last one drops the runtime's devices and images.
+pub fn deinit() {
+    let mut g = lock(&GLOBAL);
+    if g.refs > 0 {
+        g.refs -= 1;
+        if g.refs == 0 {
+            g.rtl = None;
+        }
+    }
+}
+
+/// The runtime, if any descriptor is registered.
+pub fn get() -> Option<Arc<Rtl>> {
+    lock(&GLOBAL).rtl.clone()
+}
+
+/// Copies the entries `[begin, end)` out of the program.
+///
+/// # Safety
+/// `begin..end` must be a range of entries the program owns (or empty).
+unsafe fn read_entries(
+    begin: *const OffloadEntry,
+    end: *const OffloadEntry,
+) -> Result<Vec<HostEntry>, String> {
+    if begin.is_null() || end.is_null() || end <= begin {
+        return Ok(Vec::new());
+    }
+    let n = (end as usize - begin as usize) / std::mem::size_of::<OffloadEntry>();
+    if n > MAX_COUNT {
+        return Err(format!("an offload entry table of {n} entries"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: within the table (caller's contract).
+        let e = unsafe { *begin.add(i) };
+        let name = if e.name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: entry names are NUL-terminated strings of the program.
+            unsafe { CStr::from_ptr(e.name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        out.push(HostEntry {
+            addr: e.addr as usize,
+            name,
+            size: e.size,
+            flags: e.flags,
+            data: e.data,
+        });
+    }
+    Ok(out)
+}
+
+impl Rtl {
+    /// `__tgt_register_lib`.
+    ///
+    /// # Safety
+    /// `desc` is a descriptor as clang's registration code builds it.
+    pub unsafe fn register(&self, desc: *const BinDesc) -> Result<(), String> {
+        if desc.is_null() {
+            return Err("__tgt_register_lib: the descriptor is NULL".into());
+        }
+        // SAFETY: caller's contract.
+        let d = unsafe { *desc };
+        let n = d.num_device_images;
+        if n < 0 || n as usize > MAX_COUNT || (n > 0 && d.device_images.is_null()) {
+            return Err(format!(
+                "__tgt_register_lib: the descriptor at {desc:p} says {n} device images at {:p}",
+                d.device_images
+            ));
+        }
+        // SAFETY: the host table of the descriptor.
+        let host = unsafe { read_entries(d.host_entries_begin, d.host_entries_end) }?;
+        for e in &host {
+            if e.flags & abi::ENTRY_REGISTER_REQUIRES != 0 {
+                self.add_requires(e.data as i64);
+            }
+        }
+        let mut images = Vec::new();
+        for i in 0..n as usize {
+            // SAFETY: `n` images at `device_images`.
+            let img = unsafe { *d.device_images.add(i) };
+            let (s, e) = (img.image_start as usize, img.image_end as usize);
+            if img.image_start.is_null() || e < s || e - s > MAX_IMAGE_BYTES {
+                return Err(format!(
+                    "__tgt_register_lib: device image {i} spans {:p}..{:p}",
+                    img.image_start, img.image_end
+                ));
+            }
+            // SAFETY: the image's bytes, in the program's read-only data.
+            let bytes = unsafe { std::slice::from_raw_parts(img.image_start, e - s) }.to_vec();
+            // SAFETY: the image's entry table.
+            let entries = unsafe { read_entries(img.entries_begin, img.entries_end) }?;
+            images.push(Arc::new(Image {
+                bytes,
+                entries: entries.into(),
+            }));
+        }
+        lock(&self.libraries).push(Library {
+            desc: desc as usize,
+            images,
+        });
+        Ok(())
+    }
+
+    /// `__tgt_unregister_lib`: unloads the descriptor's images from every device.
+    pub fn unregister(&self, desc: *const BinDesc) {
+        let key = desc as usize;
+        lock(&self.libraries).retain(|l| l.desc != key);
+        for d in &self.devices {
+            let mut st = lock(&d.state);
+            st.loaded.retain(|(lib, _), _| *lib != key);
+            st.kernels.retain(|_, ((lib, _), _, _)| *lib != key);
+        }
+    }
+
+    fn add_requires(&self, flags: i64) {
+        use abi::requires::*;
+        let mut r = lock(&self.requires);
+        if *r == 0 {
+            *r = flags;
+            return;
+        }
+        for (bit, clause) in [
+            (REVERSE_OFFLOAD, "reverse_offload"),
+            (UNIFIED_ADDRESS, "unified_address"),
+            (UNIFIED_SHARED_MEMORY, "unified_shared_memory"),
+            (DYNAMIC_ALLOCATORS, "dynamic_allocators"),
+        ] {
+            if (*r & bit) != (flags & bit) && !(*r == NONE && flags == NONE) {
+                messages::fatal(
+                    2,
+                    &format!("'#pragma omp requires {clause}' not used consistently!"),
+                );
+            }
+        }
+    }
+
+    /// Whether `requires unified_shared_memory` is in force.
+    pub fn usm(&self) -> bool {
+        *lock(&self.requires) & abi::requires::UNIFIED_SHARED_MEMORY != 0
+    }
+
+    /// `initLibrary`: loads every registered image this device can run (once), finds its kernels
+    /// and maps its globals with an infinite count.
+    pub fn init_device(&self, dev: &OmpDevice) -> Result<(), String> {
+        let libs: Vec<(usize, Vec<Arc<Image>>)> = lock(&self.libraries)
+            .iter()
+            .map(|l| (l.desc, l.images.clone()))
+            .collect();
+        let usm = self.usm();
+        let mut st = lock(&dev.state);
+        st.table.usm = usm;
+        for (lib, images) in libs {
+            for (i, img) in images.iter().enumerate() {
+                if st.loaded.contains_key(&(lib, i)) {
+                    continue;
+                }
+                if dev.device.raw().check_image(&img.bytes).is_err() {
+                    continue;
+                }
+                let program = dev
+                    .device
+                    .load(&img.bytes)
+                    .map_err(|e| format!("loading image {i} on device {}: {e}", dev.id))?;
+                for e in img.entries.iter() {
+                    if e.size != 0 {
+                        let g =
+                            dev.device
+                                .raw()
+                                .global(program.handle(), &e.name)
+                                .map_err(|err| {
+                                    format!("global '{}' on device {}: {err}", e.name, dev.id)
+                                })?;
+                        if st.table.translate(e.addr).is_none() {
+                            if usm {
+                                // The device's reference pointer gets the host address.
+                                let _ = dev.submit(g.ptr.0, e.addr, e.size as u64);
+                            }
+                            st.table.entries.insert(
+                                e.addr,
+                                mapping::Entry {
+                                    hst_base: e.addr,
+                                    hst_begin: e.addr,
+                                    hst_end: e.addr + e.size,
+                                    tgt_alloc: g.ptr.0,
+                                    tgt_begin: g.ptr.0,
+                                    dyn_ref: mapping::INF,
+                                    hold_ref: 0,
+                                    name: e.name.clone(),
+                                    shadows: Default::default(),
+                                    owned: false,
+                                },
+                            );
+                        }
+                    } else if e.addr != 0 {
+                        let k = program.kernel(&e.name).map_err(|err| {
+                            format!("kernel '{}' on device {}: {err}", e.name, dev.id)
+                        })?;
+                        st.kernels.insert(e.addr, ((lib, i), k, e.name.clone()));
+                    }
+                }
+                st.loaded.insert((lib, i), Arc::new(program));
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches the kernel of region `host_ptr` on `dev` with `args` (pointer-sized values),
+    /// upstream's way: the launch environment first, then the arguments, called once (a 1x1
+    /// launch runs on the calling thread).
+    pub fn launch(
+        &self,
+        dev: &OmpDevice,
+        host_ptr: usize,
+        args: &[KernelArg],
+    ) -> Result<(), String> {
+        let st = lock(&dev.state);
+        let Some((img, kernel, name)) = st.kernels.get(&host_ptr) else {
+            return Err(format!(
+                "Host ptr {host_ptr:#018x} does not have a matching target pointer."
+            ));
+        };
+        // A clone: an unregistration on another thread cannot unload it under this launch.
+        let program = st
+            .loaded
+            .get(img)
+            .expect("kernels belong to loaded images")
+            .clone();
+        let (kernel, name) = (*kernel, name.clone());
+        drop(st);
+        messages::info_line(
+            messages::info::PLUGIN_KERNEL,
+            &format!("Launching kernel {name} with 1 blocks and 1 threads in Generic mode"),
+        );
+        let mut a = Vec::with_capacity(args.len() + 1);
+        // Upstream passes `~0` (no launch environment); a host kernel never reads it, and the
+        // layer checks pointer arguments against live allocations, so here it is NULL.
+        a.push(KernelArg::Ptr(offload::DevicePtr::NULL));
+        a.extend_from_slice(args);
+        program
+            .launch(kernel, &LaunchDims::linear(1, 1), &a)
+            .map_err(|e| format!("kernel {name} on device {}: {e}", dev.id))
+    }
+}

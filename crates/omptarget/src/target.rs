@@ -1,0 +1,1007 @@
+//! The entry points compiled programs call for constructs: registration, target regions
+//! (`__tgt_target_kernel` and the legacy forms), data regions (`__tgt_target_data_*`) and
+//! mappers; the offload policy (`OMP_TARGET_OFFLOAD`, read from libomp) and the host fallback.
+
+use crate::abi::{self, BinDesc, FAIL, Ident, KernelArgs, NonContig, SUCCESS, map};
+use crate::mapping::{self, MapArg};
+use crate::messages;
+use crate::rtl::{self, OmpDevice, Rtl, lock};
+use offload::{DevicePtr, KernelArg};
+use std::ffi::{CStr, c_void};
+use std::sync::{Arc, OnceLock};
+
+/// `OMP_TARGET_OFFLOAD` as libomp parsed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Disabled,
+    Mandatory,
+}
+
+fn libomp_symbol(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+}
+
+/// The policy, computed once: DEFAULT becomes MANDATORY when any device exists.
+pub fn policy(rtl: &Rtl) -> Policy {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    *POLICY.get_or_init(|| {
+        let f = libomp_symbol(c"__kmpc_get_target_offload");
+        let raw = if f.is_null() {
+            match std::env::var("OMP_TARGET_OFFLOAD")
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "disabled" => 0,
+                "mandatory" => 2,
+                _ => 1,
+            }
+        } else {
+            // SAFETY: libomp's `int __kmpc_get_target_offload(void)`.
+            unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i32>(f)() }
+        };
+        match raw {
+            0 => Policy::Disabled,
+            2 => Policy::Mandatory,
+            _ if rtl.devices.is_empty() => Policy::Disabled,
+            _ => Policy::Mandatory,
+        }
+    })
+}
+
+/// `omp_get_default_device()` of libomp (0 without libomp).
+fn default_device() -> i64 {
+    let f = libomp_symbol(c"omp_get_default_device");
+    if f.is_null() {
+        return 0;
+    }
+    // SAFETY: libomp's `int omp_get_default_device(void)`.
+    i64::from(unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i32>(f)() })
+}
+
+fn source_location(loc: *const Ident) -> Option<String> {
+    if loc.is_null() {
+        return None;
+    }
+    // SAFETY: clang's ident_t.
+    let p = unsafe { (*loc).psource };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated ";file;func;line;col;;" string.
+    let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    let parts: Vec<&str> = s.split(';').collect();
+    match parts.as_slice() {
+        [_, file, _, line, col, ..] if *file != "unknown" && !file.is_empty() => {
+            Some(format!("{file}:{line}:{col}"))
+        }
+        _ => None,
+    }
+}
+
+/// `handleTargetOutcome`.
+pub fn outcome(rtl: &Rtl, success: bool, loc: *const Ident) {
+    match policy(rtl) {
+        Policy::Disabled if success => {
+            messages::fatal(1, "expected no offloading while offloading is disabled")
+        }
+        Policy::Mandatory if !success => {
+            messages::error(
+                "Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.",
+            );
+            if rtl.devices.is_empty() {
+                messages::error("No images found compatible with the installed hardware. ");
+            }
+            match source_location(loc) {
+                Some(l) => messages::error(&format!("{l}: ")),
+                None => messages::error(
+                    "Source location information not present. Compile with -g or -gline-tables-only.",
+                ),
+            }
+            messages::fatal(
+                1,
+                "failure of target construct while offloading is mandatory",
+            )
+        }
+        _ => {}
+    }
+}
+
+/// `checkDeviceAndCtors`: the device to offload to, or `None` to run on the host.
+pub fn check_device(rtl: &Rtl, dev: i64, loc: *const Ident) -> Option<Arc<OmpDevice>> {
+    if policy(rtl) == Policy::Disabled {
+        return None;
+    }
+    let dev = if dev == -1 { default_device() } else { dev };
+    let n = rtl.devices.len() as i64;
+    if n == 0 {
+        outcome(rtl, false, loc);
+        return None;
+    }
+    if dev == n {
+        return None;
+    }
+    if dev < 0 || dev > n {
+        messages::fatal(
+            dev as i32,
+            &format!("Device number '{dev}' out of range, only {n} devices available"),
+        );
+    }
+    let d = rtl.devices[dev as usize].clone();
+    messages::set_device(dev);
+    if let Err(e) = rtl.init_device(&d) {
+        messages::error(&format!("Failed to init globals on device {dev}: {e}"));
+        outcome(rtl, false, loc);
+        return None;
+    }
+    Some(d)
+}
+
+/// Collects a user-defined mapper's components (`__tgt_push_mapper_component`).
+type MapperFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i64, *mut c_void);
+
+fn expand_mapper(a: &MapArg) -> Vec<MapArg> {
+    let mut components: Vec<MapArg> = Vec::new();
+    // SAFETY: `a.mapper` is the compiler's mapper function for this entry; it calls back
+    // `__tgt_push_mapper_component` with the handle, which is our vector.
+    unsafe {
+        let f: MapperFn = std::mem::transmute::<usize, MapperFn>(a.mapper);
+        f(
+            (&mut components as *mut Vec<MapArg>).cast(),
+            a.base as *mut c_void,
+            a.begin as *mut c_void,
+            a.size,
+            a.ty,
+            std::ptr::null_mut(),
+        );
+    }
+    components
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
+    if handle.is_null() {
+        return 0;
+    }
+    // SAFETY: the handle is the vector `expand_mapper` passed.
+    unsafe { (*(handle as *mut Vec<MapArg>)).len() as i64 }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_push_mapper_component(
+    handle: *mut c_void,
+    base: *mut c_void,
+    begin: *mut c_void,
+    size: i64,
+    ty: i64,
+    name: *mut c_void,
+) {
+    if handle.is_null() {
+        return;
+    }
+    // SAFETY: as above.
+    let v = unsafe { &mut *(handle as *mut Vec<MapArg>) };
+    v.push(MapArg {
+        base: base as usize,
+        begin: begin as usize,
+        size,
+        ty,
+        name: messages::var_name(name),
+        mapper: 0,
+    });
+}
+
+/// The map entries of a construct, copied out of the compiler's arrays.
+///
+/// # Safety
+/// The arrays hold `n` entries each (`names` and `mappers` may be NULL).
+unsafe fn map_args(
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *const i64,
+    types: *const i64,
+    names: *const *mut c_void,
+    mappers: *const *mut c_void,
+) -> Vec<MapArg> {
+    let n = n.max(0) as usize;
+    if n > 0 && (bases.is_null() || begins.is_null() || sizes.is_null() || types.is_null()) {
+        return Vec::new();
+    }
+    (0..n)
+        .map(|i| {
+            // SAFETY: `n` entries each (caller's contract).
+            unsafe {
+                MapArg {
+                    base: *bases.add(i) as usize,
+                    begin: *begins.add(i) as usize,
+                    size: *sizes.add(i),
+                    ty: *types.add(i),
+                    name: if names.is_null() {
+                        String::new()
+                    } else {
+                        messages::var_name(*names.add(i))
+                    },
+                    mapper: if mappers.is_null() {
+                        0
+                    } else {
+                        *mappers.add(i) as usize
+                    },
+                }
+            }
+        })
+        .collect()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_register_lib(desc: *mut BinDesc) {
+    let rtl = rtl::init();
+    // SAFETY: the descriptor clang's registration code built.
+    if let Err(e) = unsafe { rtl.register(desc) } {
+        messages::error(&e);
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_unregister_lib(desc: *mut BinDesc) {
+    if let Some(rtl) = rtl::get() {
+        rtl.unregister(desc);
+    }
+    rtl::deinit();
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_rtl_init() {
+    rtl::init();
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_rtl_deinit() {
+    rtl::deinit();
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_init_all_rtls() {
+    // The plugins are initialised when the runtime is made.
+    rtl::init();
+    rtl::deinit();
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_register_requires(_flags: i64) {
+    messages::error(
+        "The __tgt_register_requires function has been removed. Recompile your application.",
+    );
+}
+
+/// `targetDataBegin` / `End` / `Update` of one data construct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DataOp {
+    Begin,
+    End,
+    Update,
+}
+
+/// # Safety
+/// The arrays hold `n` entries each.
+#[expect(clippy::too_many_arguments, reason = "the C ABI's argument lists")]
+unsafe fn data_construct(
+    op: DataOp,
+    loc: *const Ident,
+    dev: i64,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *const i64,
+    types: *const i64,
+    names: *const *mut c_void,
+    mappers: *const *mut c_void,
+) {
+    let Some(rtl) = rtl::get() else { return };
+    let Some(d) = check_device(&rtl, dev, loc) else {
+        return;
+    };
+    // SAFETY: caller's contract.
+    let args = unsafe { map_args(n, bases, begins, sizes, types, names, mappers) };
+    let ok = {
+        let mut st = lock(&d.state);
+        match op {
+            DataOp::Begin => {
+                let mut b: Vec<usize> = args.iter().map(|a| a.base).collect();
+                let r =
+                    mapping::data_begin(&mut st.table, &*d, &args, &mut b, false, &expand_mapper);
+                if r.is_ok() {
+                    for (i, a) in args.iter().enumerate() {
+                        if a.ty & map::RETURN_PARAM != 0 {
+                            // SAFETY: `n` bases.
+                            unsafe { *bases.add(i) = b[i] as *mut c_void };
+                        }
+                    }
+                }
+                r.is_ok()
+            }
+            DataOp::End => {
+                mapping::data_end(&mut st.table, &*d, &args, false, &expand_mapper).is_ok()
+            }
+            DataOp::Update => update(&mut st.table, &d, &args).is_ok(),
+        }
+    };
+    if !ok {
+        messages::error(match op {
+            DataOp::Begin => "Call to targetDataBegin failed, abort target.",
+            DataOp::End => "Call to targetDataEnd failed, abort target.",
+            DataOp::Update => "Call to targetDataUpdate failed, abort target.",
+        });
+    }
+    outcome(&rtl, ok, loc);
+}
+
+/// `targetDataUpdate`: contiguous pieces, non-contiguous sections dimension by dimension.
+fn update(
+    table: &mut mapping::Table,
+    d: &OmpDevice,
+    args: &[MapArg],
+) -> Result<(), mapping::Failed> {
+    for a in args {
+        if a.ty & (map::LITERAL | map::PRIVATE) != 0 {
+            continue;
+        }
+        if a.mapper != 0 {
+            update(table, d, &expand_mapper(a))?;
+            continue;
+        }
+        if a.ty & map::NON_CONTIG != 0 {
+            let dims = a.size.max(0) as usize;
+            if dims == 0 || dims > 64 {
+                continue;
+            }
+            // SAFETY: for NON_CONTIG, the begin pointer is an array of `dims` descriptors.
+            let nc: Vec<NonContig> =
+                unsafe { std::slice::from_raw_parts(a.begin as *const NonContig, dims) }.to_vec();
+            // Merge dimensions that are contiguous with the next.
+            let mut merged = nc.clone();
+            let mut k = merged.len() - 1;
+            while k > 0 {
+                if merged[k].count * merged[k].stride == merged[k - 1].stride {
+                    merged[k - 1].count *= merged[k].count;
+                    merged[k - 1].stride = merged[k].stride;
+                    merged.remove(k);
+                }
+                k -= 1;
+            }
+            let last = merged.len() - 1;
+            let size = (merged[last].count * merged[last].stride) as usize;
+            let mut pieces = Vec::new();
+            fn walk(nc: &[NonContig], d: usize, off: u64, out: &mut Vec<u64>) {
+                if d == nc.len() - 1 {
+                    out.push(off + nc[d].offset * nc[d].stride);
+                    return;
+                }
+                for j in 0..nc[d].count {
+                    walk(nc, d + 1, off + (nc[d].offset + j) * nc[d].stride, out);
+                }
+            }
+            walk(&merged, 0, 0, &mut pieces);
+            for off in pieces {
+                mapping::update_piece(table, d, a.base + off as usize, size, a.ty)?;
+            }
+            continue;
+        }
+        mapping::update_piece(table, d, a.begin, a.size.max(0) as usize, a.ty)?;
+    }
+    Ok(())
+}
+
+macro_rules! data_entry {
+    ($name:ident, $op:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            loc: *mut Ident,
+            dev: i64,
+            n: i32,
+            bases: *mut *mut c_void,
+            begins: *mut *mut c_void,
+            sizes: *mut i64,
+            types: *mut i64,
+            names: *mut *mut c_void,
+            mappers: *mut *mut c_void,
+        ) {
+            // SAFETY: the compiler's arrays of `n` entries.
+            unsafe {
+                data_construct(
+                    $op, loc, dev, n, bases, begins, sizes, types, names, mappers,
+                )
+            }
+        }
+    };
+}
+
+macro_rules! data_entry_nowait {
+    ($name:ident, $op:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            loc: *mut Ident,
+            dev: i64,
+            n: i32,
+            bases: *mut *mut c_void,
+            begins: *mut *mut c_void,
+            sizes: *mut i64,
+            types: *mut i64,
+            names: *mut *mut c_void,
+            mappers: *mut *mut c_void,
+            _dep_num: i32,
+            _deps: *mut c_void,
+            _noalias_num: i32,
+            _noalias: *mut c_void,
+        ) {
+            // Synchronous: done before it returns (libomp orders the task's dependences).
+            // SAFETY: the compiler's arrays of `n` entries.
+            unsafe {
+                data_construct(
+                    $op, loc, dev, n, bases, begins, sizes, types, names, mappers,
+                )
+            }
+        }
+    };
+}
+
+macro_rules! data_entry_legacy {
+    ($name:ident, $op:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            dev: i64,
+            n: i32,
+            bases: *mut *mut c_void,
+            begins: *mut *mut c_void,
+            sizes: *mut i64,
+            types: *mut i64,
+        ) {
+            // SAFETY: the compiler's arrays of `n` entries.
+            unsafe {
+                data_construct(
+                    $op,
+                    std::ptr::null(),
+                    dev,
+                    n,
+                    bases,
+                    begins,
+                    sizes,
+                    types,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                )
+            }
+        }
+    };
+}
+
+macro_rules! data_entry_legacy_nowait {
+    ($name:ident, $op:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            dev: i64,
+            n: i32,
+            bases: *mut *mut c_void,
+            begins: *mut *mut c_void,
+            sizes: *mut i64,
+            types: *mut i64,
+            _dep_num: i32,
+            _deps: *mut c_void,
+            _noalias_num: i32,
+            _noalias: *mut c_void,
+        ) {
+            // SAFETY: the compiler's arrays of `n` entries.
+            unsafe {
+                data_construct(
+                    $op,
+                    std::ptr::null(),
+                    dev,
+                    n,
+                    bases,
+                    begins,
+                    sizes,
+                    types,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                )
+            }
+        }
+    };
+}
+
+data_entry!(__tgt_target_data_begin_mapper, DataOp::Begin);
+data_entry!(__tgt_target_data_end_mapper, DataOp::End);
+data_entry!(__tgt_target_data_update_mapper, DataOp::Update);
+data_entry_nowait!(__tgt_target_data_begin_nowait_mapper, DataOp::Begin);
+data_entry_nowait!(__tgt_target_data_end_nowait_mapper, DataOp::End);
+data_entry_nowait!(__tgt_target_data_update_nowait_mapper, DataOp::Update);
+data_entry_legacy!(__tgt_target_data_begin, DataOp::Begin);
+data_entry_legacy!(__tgt_target_data_end, DataOp::End);
+data_entry_legacy!(__tgt_target_data_update, DataOp::Update);
+data_entry_legacy_nowait!(__tgt_target_data_begin_nowait, DataOp::Begin);
+data_entry_legacy_nowait!(__tgt_target_data_end_nowait, DataOp::End);
+data_entry_legacy_nowait!(__tgt_target_data_update_nowait, DataOp::Update);
+
+/// A target region: map, launch, unmap. `Err` when the region could not be offloaded.
+fn run_region(
+    rtl: &Rtl,
+    d: &OmpDevice,
+    host_ptr: usize,
+    args: &[MapArg],
+    bases: &mut [usize],
+) -> Result<(), ()> {
+    {
+        let mut st = lock(&d.state);
+        if mapping::data_begin(&mut st.table, d, args, bases, false, &expand_mapper).is_err() {
+            drop(st);
+            messages::error("Call to targetDataBegin failed, abort target.");
+            messages::error("Failed to process data before launching the kernel.");
+            return Err(());
+        }
+    }
+    // The kernel's arguments (TARGET_PARAM entries), and private copies.
+    let mut values = Vec::new();
+    let mut privates = Vec::new();
+    let mut failed = false;
+    {
+        let mut st = lock(&d.state);
+        for (i, a) in args.iter().enumerate() {
+            if a.ty & map::TARGET_PARAM == 0 {
+                continue;
+            }
+            // clang's kernels take literals as `i64` and everything else as `ptr` (a JIT-compiled
+            // kernel's signature is checked against these kinds).
+            if a.ty & map::LITERAL != 0 {
+                values.push(KernelArg::U64(bases[i] as u64));
+                continue;
+            }
+            let size = a.size.max(0) as usize;
+            if a.ty & map::PRIVATE != 0 {
+                let offset = a.base.wrapping_sub(a.begin) as u64;
+                let tgt = if size == 0 {
+                    0
+                } else {
+                    use mapping::DeviceMemory;
+                    match d.alloc(size as u64) {
+                        Some(p) => {
+                            privates.push(p);
+                            if a.ty & map::TO != 0 && !d.submit(p, a.begin, size as u64) {
+                                failed = true;
+                            }
+                            p
+                        }
+                        None => {
+                            failed = true;
+                            0
+                        }
+                    }
+                };
+                values.push(KernelArg::Ptr(DevicePtr(tgt.wrapping_add(offset))));
+                continue;
+            }
+            let mut base = bases[i];
+            if a.ty & map::PTR_AND_OBJ != 0 {
+                // SAFETY: a PTR_AND_OBJ base is the address of a host pointer.
+                base = unsafe { *(base as *const usize) };
+            }
+            let tgt = st
+                .table
+                .get_tgt_ptr_begin(a.begin, size, false, false, false, false)
+                .tgt
+                .unwrap_or(a.begin as u64);
+            values.push(KernelArg::Ptr(DevicePtr(
+                tgt.wrapping_add(base.wrapping_sub(a.begin) as u64),
+            )));
+        }
+    }
+    let launched = if failed {
+        Err("a private argument could not be allocated or copied".to_string())
+    } else {
+        rtl.launch(d, host_ptr, &values)
+    };
+    {
+        use mapping::DeviceMemory;
+        for p in privates {
+            d.free(p);
+        }
+    }
+    if let Err(e) = launched {
+        messages::error(&e);
+        messages::error("Executing target region abort target.");
+        return Err(());
+    }
+    let mut st = lock(&d.state);
+    if mapping::data_end(&mut st.table, d, args, false, &expand_mapper).is_err() {
+        drop(st);
+        messages::error("Call to targetDataEnd failed, abort target.");
+        messages::error("Failed to process data after launching the kernel.");
+        return Err(());
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_kernel(
+    loc: *mut Ident,
+    dev: i64,
+    _num_teams: i32,
+    _thread_limit: i32,
+    host_ptr: *mut c_void,
+    args: *mut KernelArgs,
+) -> i32 {
+    let Some(rtl) = rtl::get() else { return FAIL };
+    let Some(d) = check_device(&rtl, dev, loc) else {
+        return FAIL;
+    };
+    if args.is_null() {
+        messages::error("__tgt_target_kernel: the kernel arguments are NULL");
+        outcome(&rtl, false, loc);
+        return FAIL;
+    }
+    // SAFETY: clang's KernelArgsTy; every version starts with these fields.
+    let ka = unsafe { &*args };
+    // SAFETY: the arrays of `num_args` entries.
+    let margs = unsafe {
+        map_args(
+            ka.num_args as i32,
+            ka.arg_base_ptrs,
+            ka.arg_ptrs,
+            ka.arg_sizes,
+            ka.arg_types,
+            ka.arg_names,
+            ka.arg_mappers,
+        )
+    };
+    let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
+    let ok = run_region(&rtl, &d, host_ptr as usize, &margs, &mut bases).is_ok();
+    outcome(&rtl, ok, loc);
+    if ok { SUCCESS } else { FAIL }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_kernel_nowait(
+    loc: *mut Ident,
+    dev: i64,
+    num_teams: i32,
+    thread_limit: i32,
+    host_ptr: *mut c_void,
+    args: *mut KernelArgs,
+    _dep_num: i32,
+    _deps: *mut c_void,
+    _noalias_num: i32,
+    _noalias: *mut c_void,
+) -> i32 {
+    // SAFETY: as `__tgt_target_kernel`.
+    unsafe { __tgt_target_kernel(loc, dev, num_teams, thread_limit, host_ptr, args) }
+}
+
+/// The legacy entry points build a version-1 argument block.
+#[expect(clippy::too_many_arguments, reason = "the C ABI's argument lists")]
+unsafe fn legacy(
+    loc: *mut Ident,
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: *mut *mut c_void,
+    mappers: *mut *mut c_void,
+    teams: i32,
+    threads: i32,
+) -> i32 {
+    let mut ka = KernelArgs {
+        version: 1,
+        num_args: n.max(0) as u32,
+        arg_base_ptrs: bases,
+        arg_ptrs: begins,
+        arg_sizes: sizes,
+        arg_types: types,
+        arg_names: names,
+        arg_mappers: mappers,
+        tripcount: 0,
+        flags: 0,
+        num_teams: [teams.max(0) as u32, 0, 0],
+        thread_limit: [threads.max(0) as u32, 0, 0],
+        dyn_cgroup_mem: 0,
+    };
+    // SAFETY: the caller's arrays, in a block of ours.
+    unsafe { __tgt_target_kernel(loc, dev, teams, threads, host_ptr, &mut ka) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target(
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe {
+        legacy(
+            std::ptr::null_mut(),
+            dev,
+            host_ptr,
+            n,
+            bases,
+            begins,
+            sizes,
+            types,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            -1,
+            -1,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_nowait(
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    _dep_num: i32,
+    _deps: *mut c_void,
+    _noalias_num: i32,
+    _noalias: *mut c_void,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe { __tgt_target(dev, host_ptr, n, bases, begins, sizes, types) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_mapper(
+    loc: *mut Ident,
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: *mut *mut c_void,
+    mappers: *mut *mut c_void,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe {
+        legacy(
+            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, -1, -1,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_nowait_mapper(
+    loc: *mut Ident,
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: *mut *mut c_void,
+    mappers: *mut *mut c_void,
+    _dep_num: i32,
+    _deps: *mut c_void,
+    _noalias_num: i32,
+    _noalias: *mut c_void,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe {
+        legacy(
+            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, -1, -1,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_teams(
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    teams: i32,
+    threads: i32,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe {
+        legacy(
+            std::ptr::null_mut(),
+            dev,
+            host_ptr,
+            n,
+            bases,
+            begins,
+            sizes,
+            types,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            teams,
+            threads,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_teams_nowait(
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    teams: i32,
+    threads: i32,
+    _dep_num: i32,
+    _deps: *mut c_void,
+    _noalias_num: i32,
+    _noalias: *mut c_void,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe {
+        __tgt_target_teams(
+            dev, host_ptr, n, bases, begins, sizes, types, teams, threads,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_teams_mapper(
+    loc: *mut Ident,
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: *mut *mut c_void,
+    mappers: *mut *mut c_void,
+    teams: i32,
+    threads: i32,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe {
+        legacy(
+            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, teams, threads,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_teams_nowait_mapper(
+    loc: *mut Ident,
+    dev: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: *mut *mut c_void,
+    mappers: *mut *mut c_void,
+    teams: i32,
+    threads: i32,
+    _dep_num: i32,
+    _deps: *mut c_void,
+    _noalias_num: i32,
+    _noalias: *mut c_void,
+) -> i32 {
+    // SAFETY: forwarded.
+    unsafe {
+        legacy(
+            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, teams, threads,
+        )
+    }
+}
+
+/// Work is synchronous, so there is never an asynchronous handle to query; the slot is
+/// cleared as upstream does once the work is done.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __tgt_target_nowait_query(handle: *mut *mut c_void) -> i32 {
+    if !handle.is_null() {
+        // SAFETY: libomp's slot.
+        unsafe { *handle = std::ptr::null_mut() };
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __kmpc_push_target_tripcount(_dev: i64, _n: u64) {}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __kmpc_push_target_tripcount_mapper(_loc: *mut Ident, _dev: i64, _n: u64) {}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_set_info_flag(bits: u32) {
+    messages::set_info(bits);
+}
+
+/// Record-replay is not supported: upstream's failure code.
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_activate_record_replay(
+    _dev: i64,
+    _size: u64,
+    _vaddr: *mut c_void,
+    _record: bool,
+    _save: bool,
+    _offset: *mut u64,
+) -> i64 {
+    FAIL as i64
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __tgt_target_kernel_replay(
+    _loc: *mut Ident,
+    _dev: i64,
+    _host_ptr: *mut c_void,
+    _mem: *mut c_void,
+    _size: i64,
+    _args: *mut *mut c_void,
+    _offsets: *mut i64,
+    _n: i32,
+    _teams: i32,
+    _threads: i32,
+    _loop_tripcount: u64,
+) -> i32 {
+    FAIL
+}
+
+// Bits of `abi` only the entry points use.
+const _: i32 = abi::ENTRY_LINK | abi::ENTRY_INDIRECT;
+
+// Every export of this file under version node `VERS1.0` (`exports.map` defines the node; rustc
+// links a cdylib with an unversioned script of its own). In this file, so that the directives
+// are assembled with the definitions they name.
+std::arch::global_asm!(
+    ".symver __kmpc_push_target_tripcount, __kmpc_push_target_tripcount@@VERS1.0",
+    ".symver __kmpc_push_target_tripcount_mapper, __kmpc_push_target_tripcount_mapper@@VERS1.0",
+    ".symver __tgt_activate_record_replay, __tgt_activate_record_replay@@VERS1.0",
+    ".symver __tgt_init_all_rtls, __tgt_init_all_rtls@@VERS1.0",
+    ".symver __tgt_mapper_num_components, __tgt_mapper_num_components@@VERS1.0",
+    ".symver __tgt_push_mapper_component, __tgt_push_mapper_component@@VERS1.0",
+    ".symver __tgt_register_lib, __tgt_register_lib@@VERS1.0",
+    ".symver __tgt_register_requires, __tgt_register_requires@@VERS1.0",
+    ".symver __tgt_rtl_deinit, __tgt_rtl_deinit@@VERS1.0",
+    ".symver __tgt_rtl_init, __tgt_rtl_init@@VERS1.0",
+    ".symver __tgt_set_info_flag, __tgt_set_info_flag@@VERS1.0",
+    ".symver __tgt_target, __tgt_target@@VERS1.0",
+    ".symver __tgt_target_data_begin, __tgt_target_data_begin@@VERS1.0",
+    ".symver __tgt_target_data_begin_mapper, __tgt_target_data_begin_mapper@@VERS1.0",
+    ".symver __tgt_target_data_begin_nowait, __tgt_target_data_begin_nowait@@VERS1.0",
+    ".symver __tgt_target_data_begin_nowait_mapper, __tgt_target_data_begin_nowait_mapper@@VERS1.0",
+    ".symver __tgt_target_data_end, __tgt_target_data_end@@VERS1.0",
+    ".symver __tgt_target_data_end_mapper, __tgt_target_data_end_mapper@@VERS1.0",
+    ".symver __tgt_target_data_end_nowait, __tgt_target_data_end_nowait@@VERS1.0",
+    ".symver __tgt_target_data_end_nowait_mapper, __tgt_target_data_end_nowait_mapper@@VERS1.0",
+    ".symver __tgt_target_data_update, __tgt_target_data_update@@VERS1.0",
+    ".symver __tgt_target_data_update_mapper, __tgt_target_data_update_mapper@@VERS1.0",
+    ".symver __tgt_target_data_update_nowait, __tgt_target_data_update_nowait@@VERS1.0",
+    ".symver __tgt_target_data_update_nowait_mapper, __tgt_target_data_update_nowait_mapper@@VERS1.0",
+    ".symver __tgt_target_kernel, __tgt_target_kernel@@VERS1.0",
+    ".symver __tgt_target_kernel_nowait, __tgt_target_kernel_nowait@@VERS1.0",
+    ".symver __tgt_target_kernel_replay, __tgt_target_kernel_replay@@VERS1.0",
+    ".symver __tgt_target_mapper, __tgt_target_mapper@@VERS1.0",
+    ".symver __tgt_target_nowait, __tgt_target_nowait@@VERS1.0",
+    ".symver __tgt_target_nowait_mapper, __tgt_target_nowait_mapper@@VERS1.0",
+    ".symver __tgt_target_nowait_query, __tgt_target_nowait_query@@VERS1.0",
+    ".symver __tgt_target_teams, __tgt_target_teams@@VERS1.0",
+    ".symver __tgt_target_teams_mapper, __tgt_target_teams_mapper@@VERS1.0",
+    ".symver __tgt_target_teams_nowait, __tgt_target_teams_nowait@@VERS1.0",
+    ".symver __tgt_target_teams_nowait_mapper, __tgt_target_teams_nowait_mapper@@VERS1.0",
+    ".symver __tgt_unregister_lib, __tgt_unregister_lib@@VERS1.0",
+);

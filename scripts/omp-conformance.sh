@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# LLVM 19.1.7's own OpenMP offload test suite (offload/test, target x86_64-pc-linux-gnu) run by
+# Debian's lit against a libomptarget.so.19.1, and the counts it gives.
+#
+#   scripts/omp-conformance.sh [--lib DIR] [--jit] [--jobs N] [--out DIR] [TEST...]
+#
+#   --lib DIR   the directory holding the libomptarget.so.19.1 (and libomptarget.so) to test;
+#               default: Debian's, /usr/lib/llvm-19/lib. Programs are linked against it and
+#               find it at run time through their rpath.
+#   --jit       build every test with -fopenmp-target-jit (device code embedded as bitcode, to
+#               be compiled by the runtime's JIT at the first target region)
+#   --jobs N    parallel tests (default: the number of cores)
+#   -v          lit's verbose output (each failure's commands and output)
+#   --out DIR   where lit writes the test programs and results (default .tools/omp-conformance/
+#               <lib>-<mode>); results.json there holds every test's outcome
+#   TEST...     paths under offload/test to run (e.g. mapping api/omp_target_memcpy.c);
+#               default: the whole suite
+#
+# It installs what is missing (libomp-19-dev; a deb-src line for Debian's main archive, in
+# /etc/apt/sources.list.d/offload-deb-src.sources), fetches the suite from Debian's source
+# package llvm-toolchain-19 once (into .tools/llvm-19-offload-test), and prints one line:
+# "omp-conformance: N passed, N failed, N unsupported (...)". Exit status: 0 when lit ran,
+# whatever the counts (compare them against the baseline in docs/openmp.md); 2 when it could not
+# run.
+#
+# Measured 2026-12-01 with Debian's library: see docs/openmp.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+lib=/usr/lib/llvm-19/lib
+mode=aot
+jobs=$(nproc)
+out=""
+verbose=-q
+tests=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --lib) lib=$(cd "$2" 2>/dev/null && pwd) || { echo "omp-conformance: --lib '$2' is not a directory" >&2; exit 2; }; shift 2 ;;
+    --jit) mode=jit; shift ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -v) verbose=-v; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -*) echo "omp-conformance: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *) tests+=("$1"); shift ;;
+  esac
+done
+if [ ! -e "$lib/libomptarget.so.19.1" ]; then
+  echo "omp-conformance: '$lib' holds no libomptarget.so.19.1" >&2
+  exit 2
+fi
+
+sudo_() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
+
+# libomp and Debian's libomptarget (the baseline, and the headers and device runtime archive the
+# test programs link with).
+if ! dpkg-query -W -f='${Status}' libomp-19-dev 2>/dev/null | grep -q "install ok installed"; then
+  echo "omp-conformance: installing libomp-19-dev (apt)"
+  sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq libomp-19-dev >/dev/null || exit 2
+fi
+
+suite=$root/.tools/llvm-19-offload-test
+if [ ! -f "$suite/offload/test/lit.cfg" ]; then
+  if ! apt-get source --print-uris llvm-toolchain-19 >/dev/null 2>&1; then
+    echo "omp-conformance: adding a deb-src line for Debian bookworm main (apt source packages)"
+    sudo_ tee /etc/apt/sources.list.d/offload-deb-src.sources >/dev/null <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    sudo_ apt-get update -qq || exit 2
+  fi
+  echo "omp-conformance: fetching LLVM 19's offload/test from Debian's source package llvm-toolchain-19"
+  dl=$(mktemp -d)
+  (cd "$dl" && apt-get source --download-only -qq llvm-toolchain-19 >/dev/null) || { rm -rf "$dl"; exit 2; }
+  tarball=$(ls "$dl"/llvm-toolchain-19_*.orig.tar.xz | head -n 1)
+  rm -rf "$suite.tmp" && mkdir -p "$suite.tmp"
+  tar -xJf "$tarball" -C "$suite.tmp" --strip-components=1 --wildcards '*/offload/test/*' || { rm -rf "$dl" "$suite.tmp"; exit 2; }
+  echo "${tarball##*/}" > "$suite.tmp/SOURCE"
+  rm -rf "$dl" "$suite" && mv "$suite.tmp" "$suite"
+fi
+src=$suite/offload/test
+
+if [ -z "$out" ]; then
+  out=$root/.tools/omp-conformance/$(echo "$lib" | tr '/' '_')-$mode
+fi
+mkdir -p "$out"
+flags=""
+[ "$mode" = jit ] && flags="-fopenmp-target-jit"
+llvm=/usr/lib/llvm-19
+cat > "$out/lit.site.cfg" <<EOF
+# Written by scripts/omp-conformance.sh: the values CMake would fill in for an x86_64 host build
+# of LLVM 19.1.7's offload/test, pointing at the library under test.
+config.bin_llvm_tools_dir = "$llvm/bin"
+config.test_c_compiler = "/usr/bin/clang-19"
+config.test_cxx_compiler = "/usr/bin/clang++-19"
+config.test_fortran_compiler = ""
+config.test_compiler_features = ["clang", "clang-19", "clang-19.1", "clang-19.1.7"]
+config.test_openmp_flags = "-fopenmp -pthread"
+config.test_extra_flags = "$flags"
+config.cuda_path = ""
+config.cuda_libdir = ""
+config.cuda_test_arch = ""
+config.amdgpu_test_arch = ""
+config.libomptarget_obj_root = "$out/x86_64-pc-linux-gnu"
+config.library_dir = "$lib"
+config.llvm_library_dir = "$llvm/lib"
+config.llvm_library_intdir = "$llvm/lib"
+config.omp_header_directory = "$llvm/lib/clang/19/include"
+config.omp_host_rtl_directory = "$llvm/lib"
+config.llvm_lib_directory = "$llvm/lib"
+config.operating_system = "Linux"
+# Every target LLVM 19 knows (offload/CMakeLists.txt): RUN lines for the others must expand to
+# "echo ignored-command", not stay unexpanded.
+config.libomptarget_all_targets = """aarch64-unknown-linux-gnu aarch64-unknown-linux-gnu-LTO
+    amdgcn-amd-amdhsa powerpc64le-ibm-linux-gnu powerpc64le-ibm-linux-gnu-LTO
+    powerpc64-ibm-linux-gnu powerpc64-ibm-linux-gnu-LTO x86_64-pc-linux-gnu
+    x86_64-pc-linux-gnu-LTO nvptx64-nvidia-cuda nvptx64-nvidia-cuda-LTO
+    nvptx64-nvidia-cuda-JIT-LTO s390x-ibm-linux-gnu s390x-ibm-linux-gnu-LTO""".split()
+config.libomptarget_current_target = "x86_64-pc-linux-gnu"
+config.libomptarget_filecheck = "$llvm/bin/FileCheck"
+config.libomptarget_not = "$llvm/bin/not"
+config.libomptarget_debug = False
+config.has_libomptarget_ompt = True
+config.libomptarget_has_libc = False
+lit_config.load_config(config, "$src/lit.cfg")
+EOF
+
+paths=()
+if [ ${#tests[@]} -eq 0 ]; then
+  paths=("$src")
+else
+  for t in "${tests[@]}"; do paths+=("$src/$t"); done
+fi
+echo "omp-conformance: lit on ${#paths[@]} path(s) of $src, library $lib, mode $mode, -j$jobs"
+start=$(date +%s)
+PATH=$llvm/bin:$PATH LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+  python3 - "$src/lit.cfg" "$out/lit.site.cfg" "$out/results.json" "$jobs" "$verbose" "${paths[@]}" <<'PY'
+import os, sys
+sys.path.insert(0, "/usr/lib/llvm-19/build/utils/lit")
+import lit.main
+cfg, site, results, jobs, verbose, *paths = sys.argv[1:]
+sys.argv = ["lit", verbose, "-j", jobs, "-o", results] + paths
+try:
+    lit.main.main({"config_map": {os.path.realpath(cfg): site}})
+except SystemExit:
+    pass
+PY
+python3 - "$out/results.json" "$mode" "$lib" "$(( $(date +%s) - start ))" <<'PY'
+import json, sys, collections
+path, mode, lib, secs = sys.argv[1:]
+try:
+    tests = json.load(open(path))["tests"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"omp-conformance: lit wrote no results ({e})")
+    sys.exit(2)
+codes = collections.Counter(t["code"] for t in tests)
+passed = codes["PASS"] + codes["XFAIL"]
+failed = codes["FAIL"] + codes["XPASS"] + codes["UNRESOLVED"] + codes["TIMEOUT"]
+with open(path.replace("results.json", "failed.txt"), "w") as f:
+    for t in sorted(tests, key=lambda t: t["name"]):
+        if t["code"] in ("FAIL", "XPASS", "UNRESOLVED", "TIMEOUT"):
+            f.write(f'{t["code"]} {t["name"].split(" :: ")[-1]}\n')
+print(f"omp-conformance: {passed} passed, {failed} failed, {codes['UNSUPPORTED']} unsupported "
+      f"({mode}, {lib}, {secs} s; failures listed in {path.replace('results.json', 'failed.txt')})")
+PY

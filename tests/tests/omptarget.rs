@@ -1,0 +1,263 @@
+//! The drop-in `libomptarget.so.19.1` (`crates/omptarget`): its name and exports are LLVM 19's,
+//! OpenMP programs built by clang-19 run on it with their target regions on the host plugin
+//! (built against it, or against Debian's library and run on ours), the offload policy is
+//! honoured, and descriptors that are malformed are an error, not a crash.
+//!
+//! Needs clang-19 and libomp-19-dev (scripts/setup.sh installs them).
+
+use offload_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn library_dir() -> PathBuf {
+    let dir = build_dir();
+    assert!(
+        dir.join("libomptarget.so.19.1").exists(),
+        "{} has no libomptarget.so.19.1: run cargo build --workspace",
+        dir.display()
+    );
+    dir
+}
+
+/// Builds `tests/omp/<name>.c` with clang-19 for x86-64 offloading, linked against the
+/// libomptarget in `lib` (with an rpath to it), plus `extra` flags.
+fn build(name: &str, lib: &Path, extra: &[&str], tag: &str) -> PathBuf {
+    let out = scratch("omptarget").join(format!("{name}-{tag}"));
+    let src = repo_root().join("tests/omp").join(format!("{name}.c"));
+    let mut args = vec![
+        "-fopenmp",
+        "-fopenmp-targets=x86_64-pc-linux-gnu",
+        "-O1",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let l = format!("-L{}", lib.display());
+    let rpath = format!("-Wl,-rpath,{}", lib.display());
+    args.extend([l.as_str(), rpath.as_str()]);
+    args.extend(extra);
+    clang(&args);
+    out
+}
+
+fn run(program: &Path, envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.env_remove("OMP_TARGET_OFFLOAD")
+        .env_remove("LIBOMPTARGET_INFO")
+        .env_remove("OFFLOAD_OMP_HOST_DEVICES");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run the OpenMP program")
+}
+
+fn passed(out: &Output, what: &str) -> String {
+    let text = stdout(out);
+    assert!(
+        out.status.success() && text.ends_with("PASSED\n") && !text.contains("FAIL"),
+        "{what}: status {:?}\nstdout:\n{text}\nstderr:\n{}",
+        out.status,
+        stderr(out)
+    );
+    text
+}
+
+#[test]
+fn the_library_has_llvm_19s_name_and_exports() {
+    let lib = library_dir().join("libomptarget.so.19.1");
+    let dynamic = Command::new("readelf")
+        .args(["-d"])
+        .arg(&lib)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&dynamic).contains("Library soname: [libomptarget.so.19.1]"),
+        "{}",
+        stdout(&dynamic)
+    );
+    let syms = Command::new("readelf")
+        .args(["--dyn-syms", "-W"])
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let syms = stdout(&syms);
+    let map = std::fs::read_to_string(repo_root().join("crates/omptarget/exports.map")).unwrap();
+    let names: Vec<&str> = map
+        .lines()
+        .filter(|l| l.starts_with("    "))
+        .filter_map(|l| l.trim().strip_suffix(';'))
+        .filter(|n| *n != "*")
+        .collect();
+    assert!(names.len() >= 69, "{names:?}");
+    for n in names {
+        let defined = syms.lines().any(|l| {
+            l.split_whitespace().last() == Some(&format!("{n}@@VERS1.0")) && !l.contains(" UND ")
+        });
+        assert!(defined, "{n} is not defined as {n}@@VERS1.0");
+    }
+}
+
+#[test]
+fn openmp_programs_run_their_target_regions_on_the_host_plugin() {
+    let lib = library_dir();
+    let program = build("smoke", &lib, &[], "ours");
+    let out = run(&program, &[]);
+    let text = passed(&out, "smoke on ours");
+    assert!(
+        text.contains("ok offloaded") && text.contains("devices 4"),
+        "{text}"
+    );
+    // The number of host devices is ours to configure.
+    let out = run(&program, &[("OFFLOAD_OMP_HOST_DEVICES", "2")]);
+    assert!(passed(&out, "2 devices").contains("devices 2"));
+}
+
+#[test]
+fn a_program_built_against_debians_library_runs_on_ours() {
+    let debian = PathBuf::from("/usr/lib/llvm-19/lib");
+    let program = scratch("omptarget").join("smoke-debian-linked");
+    let src = repo_root().join("tests/omp/smoke.c");
+    clang(&[
+        "-fopenmp",
+        "-fopenmp-targets=x86_64-pc-linux-gnu",
+        "-O1",
+        src.to_str().unwrap(),
+        "-o",
+        program.to_str().unwrap(),
+        &format!("-L{}", debian.display()),
+    ]);
+    let lib = library_dir();
+    let out = run(
+        &program,
+        &[
+            ("LD_LIBRARY_PATH", lib.to_str().unwrap()),
+            // Ours: Debian's library has no such variable and always offers 4 devices.
+            ("OFFLOAD_OMP_HOST_DEVICES", "3"),
+        ],
+    );
+    assert!(passed(&out, "Debian-linked on ours").contains("devices 3"));
+}
+
+#[test]
+fn the_offload_policy_is_honoured() {
+    let lib = library_dir();
+    let program = build("smoke", &lib, &[], "policy");
+    // DISABLED: every region runs on the host (the program then sees no device copy).
+    let out = run(&program, &[("OMP_TARGET_OFFLOAD", "DISABLED")]);
+    let text = stdout(&out);
+    assert!(text.contains("FAIL offloaded"), "{text}");
+    assert!(!stderr(&out).contains("fatal"), "{}", stderr(&out));
+    // MANDATORY with no device: upstream's fatal error, and the process aborts.
+    let out = run(
+        &program,
+        &[
+            ("OMP_TARGET_OFFLOAD", "MANDATORY"),
+            ("OFFLOAD_OMP_HOST_DEVICES", "0"),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(
+            "omptarget fatal error 1: failure of target construct while offloading is mandatory"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_device_number_out_of_range_is_upstreams_fatal_error() {
+    let lib = library_dir();
+    let src = scratch("omptarget").join("bad_device.c");
+    std::fs::write(
+        &src,
+        "#include <omp.h>\nint main(void) { int x = 0;\n#pragma omp target device(7) map(tofrom: x)\n x = 1;\n return x; }\n",
+    )
+    .unwrap();
+    let program = scratch("omptarget").join("bad_device");
+    clang(&[
+        "-fopenmp",
+        "-fopenmp-targets=x86_64-pc-linux-gnu",
+        src.to_str().unwrap(),
+        "-o",
+        program.to_str().unwrap(),
+        &format!("-L{}", lib.display()),
+        &format!("-Wl,-rpath,{}", lib.display()),
+    ]);
+    let out = run(&program, &[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("Device number '7' out of range, only 4 devices available"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn malformed_descriptors_are_errors_and_the_program_goes_on() {
+    let lib = library_dir();
+    let src = scratch("omptarget").join("bad_desc.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+struct entry { void *addr; char *name; size_t size; int32_t flags, data; };
+struct image { void *start, *end; struct entry *eb, *ee; };
+struct desc { int32_t n; struct image *images; struct entry *hb, *he; };
+void __tgt_register_lib(struct desc *);
+void __tgt_unregister_lib(struct desc *);
+int omp_get_num_devices(void);
+int main(void) {
+  static unsigned char junk[256];
+  for (int i = 0; i < 256; i++) junk[i] = (unsigned char)(i * 37 + 11);
+  struct image backwards = { junk + 100, junk, 0, 0 };
+  struct image huge = { junk, (void *)~(uintptr_t)0, 0, 0 };
+  struct image garbage = { junk, junk + 256, 0, 0 };
+  struct desc cases[] = {
+    { -1, 0, 0, 0 },
+    { 2, 0, 0, 0 },
+    { 1, &backwards, 0, 0 },
+    { 1, &huge, 0, 0 },
+    { 1, &garbage, 0, 0 },
+    { 1 << 30, &garbage, 0, 0 },
+  };
+  __tgt_register_lib(0);
+  for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    __tgt_register_lib(&cases[i]);
+    printf("case %u: %d devices\n", i, omp_get_num_devices());
+  }
+  for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) __tgt_unregister_lib(&cases[i]);
+  printf("alive\n");
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let program = scratch("omptarget").join("bad_desc");
+    clang(&[
+        src.to_str().unwrap(),
+        "-o",
+        program.to_str().unwrap(),
+        &format!("-L{}", lib.display()),
+        &format!("-Wl,-rpath,{}", lib.display()),
+        "-lomptarget",
+    ]);
+    let out = run(&program, &[]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(
+        out.status.success() && text.ends_with("alive\n"),
+        "{text}\n{err}"
+    );
+    // Each bad descriptor is one error naming what is wrong; the garbage image registers (it
+    // is refused when a device would load it).
+    for needle in [
+        "the descriptor is NULL",
+        "says -1 device images",
+        "says 2 device images at 0x0",
+        "device image 0 spans",
+        "says 1073741824 device images",
+    ] {
+        assert!(err.contains(needle), "'{needle}' missing from:\n{err}");
+    }
+}
