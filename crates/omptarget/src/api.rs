@@ -9,6 +9,64 @@ use crate::rtl::{self, OmpDevice, lock};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
+/// libomp's `kmp_depend_info_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DependInfo {
+    base_addr: isize,
+    len: usize,
+    flags: u8,
+}
+
+/// Waits until the dependences of `depobj_list` (`omp_depend_t` objects, each pointing at
+/// its `kmp_depend_info_t` entries, the count in the entry before) are satisfied, as a
+/// `taskwait depend` would: the `_async` forms then run synchronously in their place, after
+/// the tasks they depend on and before any task created after them.
+///
+/// # Safety
+/// `depobj_list` holds `count` depend objects made by `#pragma omp depobj`.
+unsafe fn wait_for_depobjs(count: c_int, depobj_list: *mut c_void) {
+    if count <= 0 || depobj_list.is_null() {
+        return;
+    }
+    let mut deps: Vec<DependInfo> = Vec::new();
+    for i in 0..count as usize {
+        // SAFETY: the caller's depend objects: a pointer each, to entries whose count is in
+        // the entry before them (libomp's `__kmpc_depobj` layout).
+        unsafe {
+            let p = *(depobj_list as *const *const DependInfo).add(i);
+            if p.is_null() {
+                continue;
+            }
+            let n = (*p.sub(1)).base_addr.clamp(0, 1 << 16) as usize;
+            deps.extend_from_slice(std::slice::from_raw_parts(p, n));
+        }
+    }
+    if deps.is_empty() {
+        return;
+    }
+    type Gtid = unsafe extern "C" fn(*const c_void) -> i32;
+    type WaitDeps =
+        unsafe extern "C" fn(*const c_void, i32, i32, *const DependInfo, i32, *const DependInfo);
+    // SAFETY: dlsym of libomp's entry points, with their C signatures.
+    unsafe {
+        let gtid = libc::dlsym(libc::RTLD_DEFAULT, c"__kmpc_global_thread_num".as_ptr());
+        let wait = libc::dlsym(libc::RTLD_DEFAULT, c"__kmpc_omp_wait_deps".as_ptr());
+        if gtid.is_null() || wait.is_null() {
+            return;
+        }
+        let gtid = std::mem::transmute::<*mut c_void, Gtid>(gtid)(std::ptr::null());
+        std::mem::transmute::<*mut c_void, WaitDeps>(wait)(
+            std::ptr::null(),
+            gtid,
+            deps.len() as i32,
+            deps.as_ptr(),
+            0,
+            std::ptr::null(),
+        );
+    }
+}
+
 fn num_devices() -> c_int {
     rtl::get().map_or(0, |r| r.devices.len() as c_int)
 }
@@ -315,11 +373,14 @@ pub unsafe extern "C" fn omp_target_memcpy_async(
     src_off: usize,
     dst_dev: c_int,
     src_dev: c_int,
-    _depobj_count: c_int,
-    _depobj_list: *mut c_void,
+    depobj_count: c_int,
+    depobj_list: *mut c_void,
 ) -> c_int {
-    // SAFETY: forwarded; done before it returns.
-    unsafe { omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev) }
+    // SAFETY: forwarded; done before it returns, after what it depends on.
+    unsafe {
+        wait_for_depobjs(depobj_count, depobj_list);
+        omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev)
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -335,11 +396,12 @@ pub unsafe extern "C" fn omp_target_memcpy_rect_async(
     src_dims: *const usize,
     dst_dev: c_int,
     src_dev: c_int,
-    _depobj_count: c_int,
-    _depobj_list: *mut c_void,
+    depobj_count: c_int,
+    depobj_list: *mut c_void,
 ) -> c_int {
-    // SAFETY: forwarded; done before it returns.
+    // SAFETY: forwarded; done before it returns, after what it depends on.
     unsafe {
+        wait_for_depobjs(depobj_count, depobj_list);
         omp_target_memcpy_rect(
             dst, src, elem, dims, volume, dst_offs, src_offs, dst_dims, src_dims, dst_dev, src_dev,
         )
@@ -376,11 +438,14 @@ pub unsafe extern "C" fn omp_target_memset_async(
     value: c_int,
     len: usize,
     dev: c_int,
-    _depobj_count: c_int,
-    _depobj_list: *mut c_void,
+    depobj_count: c_int,
+    depobj_list: *mut c_void,
 ) -> *mut c_void {
-    // SAFETY: forwarded; done before it returns.
-    unsafe { omp_target_memset(ptr, value, len, dev) }
+    // SAFETY: forwarded; done before it returns, after what it depends on.
+    unsafe {
+        wait_for_depobjs(depobj_count, depobj_list);
+        omp_target_memset(ptr, value, len, dev)
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -439,13 +504,14 @@ pub unsafe extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: c
     let mut st = lock(&d.state);
     let h = host as usize;
     match st.table.entries.get(&h) {
+        // The hold count is checked first, whatever the dynamic count (upstream's order).
+        Some(e) if e.hold_ref != 0 => {
+            messages::error(
+                "Trying to disassociate a pointer with a non-zero hold reference count",
+            );
+            FAIL
+        }
         Some(e) if e.dyn_ref == mapping::INF => {
-            if e.hold_ref != 0 {
-                messages::error(
-                    "Trying to disassociate a pointer with a non-zero hold reference count",
-                );
-                return FAIL;
-            }
             st.table.entries.remove(&h);
             SUCCESS
         }

@@ -6,7 +6,7 @@ use crate::abi::{self, BinDesc, FAIL, Ident, KernelArgs, NonContig, SUCCESS, map
 use crate::mapping::{self, MapArg};
 use crate::messages;
 use crate::rtl::{self, OmpDevice, Rtl, lock};
-use offload::{DevicePtr, KernelArg};
+use offload::KernelArg;
 use std::ffi::{CStr, c_void};
 use std::sync::{Arc, OnceLock};
 
@@ -138,17 +138,82 @@ pub fn check_device(rtl: &Rtl, dev: i64, loc: *const Ident) -> Option<Arc<OmpDev
     Some(d)
 }
 
-/// Collects a user-defined mapper's components (`__tgt_push_mapper_component`).
+/// A user-defined mapper function, as clang emits it.
 type MapperFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i64, *mut c_void);
 
+/// One component a mapper pushes (upstream's `MapComponentInfoTy`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Component {
+    base: *mut c_void,
+    begin: *mut c_void,
+    size: i64,
+    ty: i64,
+    name: *mut c_void,
+}
+
+/// The mapper handle: laid out as upstream's `MapperComponentsTy` (a libstdc++
+/// `std::vector<MapComponentInfoTy>`: begin, end, capacity), because programs may build one
+/// themselves and call `__tgt_push_mapper_component` on it (LLVM's `declare_mapper_api.cpp`
+/// does). Grown with `realloc`; libstdc++'s `operator delete` frees with `free`.
+#[repr(C)]
+#[derive(Debug)]
+struct Components {
+    begin: *mut Component,
+    end: *mut Component,
+    cap: *mut Component,
+}
+
+impl Components {
+    fn len(&self) -> usize {
+        if self.begin.is_null() {
+            0
+        } else {
+            (self.end as usize - self.begin as usize) / std::mem::size_of::<Component>()
+        }
+    }
+
+    /// # Safety
+    /// `self` is a valid handle (ours, or an empty or grown `std::vector` of components).
+    unsafe fn push(&mut self, c: Component) -> bool {
+        if self.end == self.cap {
+            let len = self.len();
+            let cap = (len * 2).max(4);
+            // SAFETY: `begin` is null or a malloc'ed block of `len` components.
+            let grown =
+                unsafe { libc::realloc(self.begin.cast(), cap * std::mem::size_of::<Component>()) }
+                    as *mut Component;
+            if grown.is_null() {
+                return false;
+            }
+            self.begin = grown;
+            // SAFETY: within the new block of `cap` components.
+            unsafe {
+                self.end = grown.add(len);
+                self.cap = grown.add(cap);
+            }
+        }
+        // SAFETY: `end` is below `cap`, inside the block.
+        unsafe {
+            self.end.write(c);
+            self.end = self.end.add(1);
+        }
+        true
+    }
+}
+
 fn expand_mapper(a: &MapArg) -> Vec<MapArg> {
-    let mut components: Vec<MapArg> = Vec::new();
+    let mut handle = Components {
+        begin: std::ptr::null_mut(),
+        end: std::ptr::null_mut(),
+        cap: std::ptr::null_mut(),
+    };
     // SAFETY: `a.mapper` is the compiler's mapper function for this entry; it calls back
-    // `__tgt_push_mapper_component` with the handle, which is our vector.
+    // `__tgt_push_mapper_component` with the handle.
     unsafe {
         let f: MapperFn = std::mem::transmute::<usize, MapperFn>(a.mapper);
         f(
-            (&mut components as *mut Vec<MapArg>).cast(),
+            (&mut handle as *mut Components).cast(),
             a.base as *mut c_void,
             a.begin as *mut c_void,
             a.size,
@@ -156,7 +221,23 @@ fn expand_mapper(a: &MapArg) -> Vec<MapArg> {
             std::ptr::null_mut(),
         );
     }
-    components
+    let out = (0..handle.len())
+        .map(|i| {
+            // SAFETY: `len` components were written.
+            let c = unsafe { *handle.begin.add(i) };
+            MapArg {
+                base: c.base as usize,
+                begin: c.begin as usize,
+                size: c.size,
+                ty: c.ty,
+                name: messages::var_name(c.name),
+                mapper: 0,
+            }
+        })
+        .collect();
+    // SAFETY: our own block (or null).
+    unsafe { libc::free(handle.begin.cast()) };
+    out
 }
 
 #[unsafe(no_mangle)]
@@ -164,8 +245,8 @@ pub unsafe extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64
     if handle.is_null() {
         return 0;
     }
-    // SAFETY: the handle is the vector `expand_mapper` passed.
-    unsafe { (*(handle as *mut Vec<MapArg>)).len() as i64 }
+    // SAFETY: a mapper handle (see `Components`).
+    unsafe { (*(handle as *mut Components)).len() as i64 }
 }
 
 #[unsafe(no_mangle)]
@@ -180,16 +261,20 @@ pub unsafe extern "C" fn __tgt_push_mapper_component(
     if handle.is_null() {
         return;
     }
+    // SAFETY: a mapper handle (see `Components`).
+    let h = unsafe { &mut *(handle as *mut Components) };
     // SAFETY: as above.
-    let v = unsafe { &mut *(handle as *mut Vec<MapArg>) };
-    v.push(MapArg {
-        base: base as usize,
-        begin: begin as usize,
-        size,
-        ty,
-        name: messages::var_name(name),
-        mapper: 0,
-    });
+    if !unsafe {
+        h.push(Component {
+            base,
+            begin,
+            size,
+            ty,
+            name,
+        })
+    } {
+        messages::error("out of memory collecting a mapper's components");
+    }
 }
 
 /// The map entries of a construct, copied out of the compiler's arrays.
@@ -550,8 +635,9 @@ fn run_region(
             if a.ty & map::TARGET_PARAM == 0 {
                 continue;
             }
-            // clang's kernels take literals as `i64` and everything else as `ptr` (a JIT-compiled
-            // kernel's signature is checked against these kinds).
+            // Every argument is a pointer-sized value, as upstream passes them: a device pointer
+            // computed with an offset may lie outside any allocation (and, under USM, is a host
+            // address), so none is handed over as a checked `Ptr`.
             if a.ty & map::LITERAL != 0 {
                 values.push(KernelArg::U64(bases[i] as u64));
                 continue;
@@ -577,7 +663,7 @@ fn run_region(
                         }
                     }
                 };
-                values.push(KernelArg::Ptr(DevicePtr(tgt.wrapping_add(offset))));
+                values.push(KernelArg::U64(tgt.wrapping_add(offset)));
                 continue;
             }
             let mut base = bases[i];
@@ -590,9 +676,9 @@ fn run_region(
                 .get_tgt_ptr_begin(a.begin, size, false, false, false, false)
                 .tgt
                 .unwrap_or(a.begin as u64);
-            values.push(KernelArg::Ptr(DevicePtr(
+            values.push(KernelArg::U64(
                 tgt.wrapping_add(base.wrapping_sub(a.begin) as u64),
-            )));
+            ));
         }
     }
     let launched = if failed {
