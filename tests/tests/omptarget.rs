@@ -261,3 +261,135 @@ int main(void) {
         assert!(err.contains(needle), "'{needle}' missing from:\n{err}");
     }
 }
+
+/// Seeded mutants of a device image in a registered descriptor: the first target region either
+/// runs, or fails the way upstream fails under the (default, mandatory) policy: one
+/// `omptarget fatal error 1` and `abort()`. Never another signal, never a hang.
+#[test]
+fn mutated_device_images_fail_as_upstream_fails_never_worse() {
+    use std::os::unix::process::ExitStatusExt;
+    let lib = library_dir();
+    let dir = scratch("omptarget-mutants");
+    let kernel_src = dir.join("k.c");
+    std::fs::write(
+        &kernel_src,
+        "void k(void *launch_env) { (void)launch_env; }\n",
+    )
+    .unwrap();
+    let image = dir.join("k.so");
+    clang(&[
+        "-O2",
+        "-fPIC",
+        "-shared",
+        kernel_src.to_str().unwrap(),
+        "-o",
+        image.to_str().unwrap(),
+    ]);
+    let driver_src = dir.join("driver.c");
+    std::fs::write(
+        &driver_src,
+        r#"#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+struct entry { void *addr; char *name; size_t size; int32_t flags, data; };
+struct image { void *start, *end; struct entry *eb, *ee; };
+struct desc { int32_t n; struct image *images; struct entry *hb, *he; };
+struct kargs { uint32_t version, nargs; void **bases, **ptrs; int64_t *sizes, *types;
+               void **names, **mappers; uint64_t tripcount, flags; uint32_t teams[3], threads[3], dyn; };
+void __tgt_register_lib(struct desc *);
+void __tgt_unregister_lib(struct desc *);
+int __tgt_target_kernel(void *, int64_t, int32_t, int32_t, void *, struct kargs *);
+static char region;
+int main(int argc, char **argv) {
+  FILE *f = fopen(argv[1], "rb");
+  if (!f) return 3;
+  static unsigned char buf[1 << 20];
+  size_t len = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  struct entry e = { &region, "k", 0, 0, 0 };
+  struct image img = { buf, buf + len, &e, &e + 1 };
+  struct desc d = { 1, &img, &e, &e + 1 };
+  __tgt_register_lib(&d);
+  struct kargs ka = { 3, 0 };
+  int r = __tgt_target_kernel(NULL, 0, -1, -1, &region, &ka);
+  printf("rc %d\n", r);
+  __tgt_unregister_lib(&d);
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let driver = dir.join("driver");
+    clang(&[
+        driver_src.to_str().unwrap(),
+        "-o",
+        driver.to_str().unwrap(),
+        &format!("-L{}", lib.display()),
+        &format!("-Wl,-rpath,{}", lib.display()),
+        "-lomptarget",
+    ]);
+    let good = std::fs::read(&image).unwrap();
+    let run_image = |bytes: &[u8], tag: &str| {
+        let p = dir.join(format!("img-{tag}"));
+        std::fs::write(&p, bytes).unwrap();
+        let mut cmd = Command::new(&driver);
+        cmd.arg(&p).env("OFFLOAD_OMP_HOST_DEVICES", "1");
+        cmd.output().unwrap()
+    };
+    // The unmutated image runs.
+    let out = run_image(&good, "good");
+    assert!(
+        stdout(&out).contains("rc 0"),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let mut seed = 0x0ff1_0ad5_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut ran, mut refused) = (0, 0);
+    for i in 0..40 {
+        let mut m = good.clone();
+        match next() % 3 {
+            0 => {
+                for _ in 0..1 + next() % 8 {
+                    let at = (next() as usize) % m.len();
+                    m[at] ^= 1 << (next() % 8);
+                }
+            }
+            1 => m.truncate(16 + (next() as usize) % (m.len() - 16)),
+            _ => {
+                let at = (next() as usize) % (m.len() - 64);
+                for b in &mut m[at..at + 64] {
+                    *b = next() as u8;
+                }
+            }
+        }
+        let out = run_image(&m, &i.to_string());
+        match (out.status.code(), out.status.signal()) {
+            (Some(0), _) if stdout(&out).contains("rc 0") => ran += 1,
+            (_, Some(libc::SIGABRT))
+                if stderr(&out).contains(
+                    "omptarget fatal error 1: failure of target construct while offloading is mandatory",
+                ) =>
+            {
+                refused += 1
+            }
+            other => panic!(
+                "mutant {i}: {other:?}\nstdout: {}\nstderr: {}",
+                stdout(&out),
+                stderr(&out)
+            ),
+        }
+    }
+    println!("40 mutants: {ran} ran, {refused} refused with upstream's fatal error");
+    assert_eq!(ran + refused, 40);
+    assert!(
+        refused > 0,
+        "no mutant was refused: the mutations do nothing"
+    );
+}
