@@ -55,10 +55,15 @@ sudo_() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 
 # libomp and Debian's libomptarget (the baseline, and the headers and device runtime archive the
 # test programs link with).
-if ! dpkg-query -W -f='${Status}' libomp-19-dev 2>/dev/null | grep -q "install ok installed"; then
-  echo "omp-conformance: installing libomp-19-dev (apt)"
+# llvm-19-tools: lit, FileCheck and not.
+need=()
+for pkg in libomp-19-dev llvm-19-tools clang-19; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "omp-conformance: installing ${need[*]} (apt)"
   sudo_ apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq libomp-19-dev >/dev/null || exit 2
+  DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq "${need[@]}" >/dev/null || exit 2
 fi
 
 suite=$root/.tools/llvm-19-offload-test
