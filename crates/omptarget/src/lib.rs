@@ -15,7 +15,7 @@
 //! mappers, non-contiguous updates, unified shared memory), target regions on the host plugin,
 //! the `omp_target_*` API (synchronous), the policy and upstream's messages. Not yet: OMPT,
 //! record-replay and interop (upstream's failure codes), asynchronous (`nowait`) work, which
-//! runs synchronously, and the lambda-capture pattern of kernel arguments.
+//! runs synchronously, and kernels compiled by the JIT (`-fopenmp-target-jit`).
 
 mod abi;
 mod api;

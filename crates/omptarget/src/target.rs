@@ -627,6 +627,8 @@ fn run_region(
     }
     // The kernel's arguments (TARGET_PARAM entries), and private copies.
     let mut values = Vec::new();
+    // The kernel argument each entry became (for the lambda pattern below).
+    let mut value_of: Vec<Option<u64>> = vec![None; args.len()];
     let mut privates = Vec::new();
     let mut failed = false;
     {
@@ -639,6 +641,7 @@ fn run_region(
             // computed with an offset may lie outside any allocation (and, under USM, is a host
             // address), so none is handed over as a checked `Ptr`.
             if a.ty & map::LITERAL != 0 {
+                value_of[i] = Some(bases[i] as u64);
                 values.push(KernelArg::U64(bases[i] as u64));
                 continue;
             }
@@ -663,6 +666,7 @@ fn run_region(
                         }
                     }
                 };
+                value_of[i] = Some(tgt.wrapping_add(offset));
                 values.push(KernelArg::U64(tgt.wrapping_add(offset)));
                 continue;
             }
@@ -676,9 +680,40 @@ fn run_region(
                 .get_tgt_ptr_begin(a.begin, size, false, false, false, false)
                 .tgt
                 .unwrap_or(a.begin as u64);
-            values.push(KernelArg::U64(
-                tgt.wrapping_add(base.wrapping_sub(a.begin) as u64),
-            ));
+            let v = tgt.wrapping_add(base.wrapping_sub(a.begin) as u64);
+            value_of[i] = Some(v);
+            values.push(KernelArg::U64(v));
+        }
+        // Pointers captured by a lambda (PTR_AND_OBJ | LITERAL | IMPLICIT members of the lambda,
+        // not kernel arguments themselves): the lambda's device copy gets the device address of
+        // each pointee that is mapped (reference §3.8 step 3).
+        const LAMBDA: i64 = map::PTR_AND_OBJ | map::LITERAL | map::IMPLICIT;
+        for a in args {
+            if a.ty & LAMBDA != LAMBDA || a.ty & map::TARGET_PARAM != 0 {
+                continue;
+            }
+            let Some(parent) = map::member_of(a.ty) else {
+                continue;
+            };
+            let (Some(Some(tgt_base)), Some(p)) = (value_of.get(parent), args.get(parent)) else {
+                continue;
+            };
+            let loc = tgt_base.wrapping_add(a.base.wrapping_sub(p.begin) as u64);
+            let r = st.table.get_tgt_ptr_begin(
+                a.begin,
+                a.size.max(0) as usize,
+                false,
+                false,
+                false,
+                false,
+            );
+            if r.is_present {
+                use mapping::DeviceMemory;
+                let bytes = r.tgt.expect("present").to_le_bytes();
+                if !d.submit(loc, bytes.as_ptr() as usize, 8) {
+                    failed = true;
+                }
+            }
         }
     }
     let launched = if failed {
