@@ -60,6 +60,27 @@ pub fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The directory of the shared library (or executable) this function is linked into, as the
+/// dynamic loader recorded it, made absolute. Every library that links `offload-core` has its
+/// own copy of this code (Rust functions are not exported from a cdylib), so the address
+/// names the caller's own library: a plugin's, the drop-in libomptarget's. `None` if the loader
+/// does not say.
+pub fn this_library_dir() -> Option<std::path::PathBuf> {
+    // SAFETY: `Dl_info` is plain data; all zeroes is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; the address is a function of this library.
+    if unsafe { libc::dladdr(this_library_dir as *const libc::c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
+        return None;
+    }
+    // SAFETY: the loader's NUL-terminated file name.
+    let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    let file = std::path::PathBuf::from(&*file.to_string_lossy());
+    let file = std::path::absolute(&file).unwrap_or(file);
+    file.parent().map(Path::to_path_buf)
+}
+
 /// The machine's physical memory in bytes (0 if the system does not say).
 pub fn physical_memory() -> u64 {
     // SAFETY: sysconf has no preconditions.

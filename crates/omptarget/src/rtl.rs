@@ -133,24 +133,6 @@ struct Global {
 
 static GLOBAL: Mutex<Global> = Mutex::new(Global { refs: 0, rtl: None });
 
-/// The directory this library was loaded from.
-fn my_dir() -> Option<PathBuf> {
-    // SAFETY: `Dl_info` is plain data; all zeroes is valid.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr reads the loader's tables for an address inside this library.
-    if unsafe { libc::dladdr(my_dir as *const libc::c_void, &mut info) } == 0
-        || info.dli_fname.is_null()
-    {
-        return None;
-    }
-    // SAFETY: the loader's NUL-terminated file name.
-    let file = unsafe { CStr::from_ptr(info.dli_fname) }
-        .to_string_lossy()
-        .into_owned();
-    let path = std::fs::canonicalize(&file).unwrap_or_else(|_| PathBuf::from(file));
-    path.parent().map(PathBuf::from)
-}
-
 fn host_devices() -> usize {
     match std::env::var("OFFLOAD_OMP_HOST_DEVICES") {
         Err(_) => DEFAULT_HOST_DEVICES,
@@ -177,7 +159,7 @@ fn make_rtl() -> Rtl {
                 .filter(|p| p.is_absolute()),
         );
     }
-    if let Some(d) = my_dir() {
+    if let Some(d) = offload_core::fs::this_library_dir() {
         dirs.push(d.join("../lib"));
         dirs.insert(dirs.len() - 1, d);
     }

@@ -5,7 +5,6 @@
 use offload_core::jit::{CompileRequest, JitOutput, JitService};
 use offload_core::{JitStats, Result};
 use offload_jit_client::JitClient;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 /// See the module docs.
@@ -22,26 +21,6 @@ impl std::fmt::Debug for Jit {
             .field("runtime_service", &self.service.get().is_some())
             .field("own_client", &self.own.get().is_some())
             .finish()
-    }
-}
-
-/// The directory the library holding this code was loaded from.
-fn library_dir() -> Vec<PathBuf> {
-    // SAFETY: dladdr only reads the loader's tables; the address is a function of this library.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(library_dir as *const libc::c_void, &mut info) == 0
-            || info.dli_fname.is_null()
-        {
-            return Vec::new();
-        }
-        let path = std::ffi::CStr::from_ptr(info.dli_fname)
-            .to_string_lossy()
-            .into_owned();
-        PathBuf::from(path)
-            .parent()
-            .map(|p| vec![p.to_path_buf()])
-            .unwrap_or_default()
     }
 }
 
@@ -62,9 +41,11 @@ impl Jit {
 
     fn service(&self) -> &Arc<dyn JitService> {
         self.service.get_or_init(|| {
-            let client = self
-                .own
-                .get_or_init(|| Arc::new(JitClient::from_env(library_dir())));
+            let client = self.own.get_or_init(|| {
+                Arc::new(JitClient::from_env(
+                    offload_core::fs::this_library_dir().into_iter().collect(),
+                ))
+            });
             client.service(self.requester)
         })
     }

@@ -22,19 +22,7 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 pub fn probe_path() -> Option<&'static PathBuf> {
     static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
     PATH.get_or_init(|| {
-        let mut dirs = Vec::new();
-        // SAFETY: `Dl_info` is plain data; all zeroes is a valid value.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: dladdr reads the loader's tables for an address of this library.
-        if unsafe { libc::dladdr(probe_path as *const libc::c_void, &mut info) } != 0
-            && !info.dli_fname.is_null()
-        {
-            // SAFETY: the loader's NUL-terminated file name.
-            let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-            if let Some(dir) = std::path::Path::new(&*file.to_string_lossy()).parent() {
-                dirs.push(dir.to_path_buf());
-            }
-        }
+        let mut dirs: Vec<PathBuf> = offload_core::fs::this_library_dir().into_iter().collect();
         if let Some(dir) = std::env::current_exe()
             .ok()
             .and_then(|e| e.parent().map(PathBuf::from))
