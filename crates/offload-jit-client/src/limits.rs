@@ -260,28 +260,12 @@ impl Default for WorkerLimits {
 fn default_ask(r: Resource) -> Ask {
     match r {
         Resource::AddressSpace => Ask::Default {
-            value: machine_memory().max(4 << 30),
+            value: offload_core::fs::physical_memory().max(4 << 30),
             what: "the machine's memory, at least 4 GiB".into(),
         },
         _ => Ask::Inherit {
             source: format!("{} not set", r.variable()),
         },
-    }
-}
-
-/// Physical memory in bytes (0 when the system does not say).
-fn machine_memory() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    if pages > 0 && page > 0 {
-        pages as u64 * page as u64
-    } else {
-        0
     }
 }
 
