@@ -20,6 +20,17 @@ pub const ENV_TRUST: &str = "OFFLOAD_TRUST_PLUGIN_DIRS";
 /// `../lib` next to it. A relative entry, or a value that is not Unicode, is an error naming
 /// the variable.
 pub fn default_plugin_dirs() -> Result<Vec<PathBuf>> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let mut dirs = plugin_path_entries()?;
+    dirs.extend(dirs_beside(exe_dir.as_deref()));
+    Ok(dirs)
+}
+
+/// The directories of `OFFLOAD_PLUGIN_PATH`, in order. A relative entry, or a value that is not
+/// Unicode, is an error naming the variable.
+pub fn plugin_path_entries() -> Result<Vec<PathBuf>> {
     let mut dirs = Vec::new();
     if let Some((name, value)) = offload_core::env::raw(&[ENV_PLUGIN_PATH])? {
         for entry in value.split(':').filter(|s| !s.is_empty()) {
@@ -34,14 +45,15 @@ pub fn default_plugin_dirs() -> Result<Vec<PathBuf>> {
             dirs.push(path);
         }
     }
-    if let Some(exe_dir) = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-    {
-        dirs.push(exe_dir.join("../lib"));
-        dirs.insert(dirs.len() - 1, exe_dir);
-    }
     Ok(dirs)
+}
+
+/// Where plugins installed beside `anchor` (an executable's or a library's directory) are:
+/// `anchor` itself, then `anchor/../lib`.
+pub fn dirs_beside(anchor: Option<&Path>) -> Vec<PathBuf> {
+    anchor
+        .map(|d| vec![d.to_path_buf(), d.join("../lib")])
+        .unwrap_or_default()
 }
 
 /// The `OFFLOAD_PLUGINS` filter, if set (a value that is not Unicode is an error naming it).

@@ -22,7 +22,8 @@ mod discovery;
 mod runtime;
 
 pub use discovery::{
-    ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs, plugin_filter,
+    ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs, dirs_beside,
+    plugin_filter, plugin_path_entries,
 };
 pub use offload_core::{
     DeviceInfo, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, KernelArg,

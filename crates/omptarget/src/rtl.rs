@@ -12,7 +12,6 @@ use crate::messages;
 use offload::{Device, KernelArg, LaunchDims, MemoryKind, Program, Runtime};
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How many OpenMP devices the host plugin's device becomes (upstream's host plugin has 4);
@@ -150,19 +149,15 @@ fn host_devices() -> usize {
 
 fn make_rtl() -> Rtl {
     messages::init_from_env();
-    let mut dirs = Vec::new();
-    if let Ok(v) = std::env::var(offload::ENV_PLUGIN_PATH) {
-        dirs.extend(
-            v.split(':')
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute()),
-        );
-    }
-    if let Some(d) = offload_core::fs::this_library_dir() {
-        dirs.push(d.join("../lib"));
-        dirs.insert(dirs.len() - 1, d);
-    }
+    // The runtime's rule, anchored at this library instead of the executable. A bad
+    // OFFLOAD_PLUGIN_PATH is reported (a C library has no caller to return it to) and left out.
+    let mut dirs = offload::plugin_path_entries().unwrap_or_else(|e| {
+        messages::error(&e.to_string());
+        Vec::new()
+    });
+    dirs.extend(offload::dirs_beside(
+        offload_core::fs::this_library_dir().as_deref(),
+    ));
     let filter = offload::plugin_filter().ok().flatten();
     let runtime = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
     // Upstream numbers devices as plugins are initialised: the host plugin's come first here
