@@ -54,6 +54,9 @@ pub struct Library {
 #[derive(Debug, Default)]
 pub struct DeviceState {
     pub table: Table,
+    /// The registration count [`Rtl::init_device`] last completed for: while it is current,
+    /// a construct finds the device ready without walking the registered images again.
+    pub initialised: Option<u64>,
     /// Images loaded here, by (descriptor, image index).
     pub loaded: HashMap<(usize, usize), Arc<Program>>,
     /// Kernels by region id (host address of the entry): (descriptor, image index, name).
@@ -122,6 +125,8 @@ pub struct Rtl {
     pub runtime: Runtime,
     pub devices: Vec<Arc<OmpDevice>>,
     pub libraries: Mutex<Vec<Library>>,
+    /// How many descriptors were ever registered (images and requires flags change only then).
+    pub registrations: std::sync::atomic::AtomicU64,
     pub requires: Mutex<i64>,
 }
 
@@ -187,6 +192,7 @@ fn make_rtl() -> Rtl {
         runtime,
         devices,
         libraries: Mutex::default(),
+        registrations: Default::default(),
         requires: Mutex::new(0),
     }
 }
@@ -301,6 +307,8 @@ impl Rtl {
             desc: desc as usize,
             images,
         });
+        self.registrations
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
     }
 
@@ -345,12 +353,18 @@ impl Rtl {
     /// `initLibrary`: loads every registered image this device can run (once), finds its kernels
     /// and maps its globals with an infinite count.
     pub fn init_device(&self, dev: &OmpDevice) -> Result<(), String> {
+        let generation = self
+            .registrations
+            .load(std::sync::atomic::Ordering::Acquire);
+        let mut st = lock(&dev.state);
+        if st.initialised == Some(generation) {
+            return Ok(());
+        }
         let libs: Vec<(usize, Vec<Arc<Image>>)> = lock(&self.libraries)
             .iter()
             .map(|l| (l.desc, l.images.clone()))
             .collect();
         let usm = self.usm();
-        let mut st = lock(&dev.state);
         st.table.usm = usm;
         for (lib, images) in libs {
             for (i, img) in images.iter().enumerate() {
@@ -404,6 +418,7 @@ impl Rtl {
                 st.loaded.insert((lib, i), Arc::new(program));
             }
         }
+        st.initialised = Some(generation);
         Ok(())
     }
 
