@@ -16,7 +16,7 @@ pub use offload_core::JitStats;
 use offload_core::jit::{CacheKey, CompileOutput, CompiledImage, Served};
 use offload_core::{Error, Result};
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// Builds a [`CacheKey`]: each field is its name and its bytes, both length-prefixed, so no
@@ -99,9 +99,7 @@ pub struct Cache {
     capacity: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use offload_core::sync::lock;
 
 impl Cache {
     /// A cache holding at most `capacity` bytes of images that no program uses.

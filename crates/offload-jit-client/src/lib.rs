@@ -78,9 +78,7 @@ pub struct JitClient {
     toolchain: OnceLock<Option<[u8; 32]>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use offload_core::sync::lock;
 
 /// Whether the bytes are JIT input (bitcode, raw or wrapped, or textual IR).
 pub fn is_jit_input(bytes: &[u8]) -> bool {

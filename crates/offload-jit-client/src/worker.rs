@@ -33,7 +33,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// Lines of the worker's stderr kept for error messages.
@@ -43,9 +43,7 @@ const TAIL_LINE_CHARS: usize = 600;
 /// How long a starting worker may take to say hello.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use offload_core::sync::lock;
 
 /// What the supervisor needs to start and judge workers.
 #[derive(Debug, Clone)]

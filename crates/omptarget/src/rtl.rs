@@ -12,7 +12,7 @@ use crate::messages;
 use offload::{Device, KernelArg, LaunchDims, MemoryKind, Program, Runtime};
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// How many OpenMP devices the host plugin's device becomes (upstream's host plugin has 4);
 /// `OFFLOAD_OMP_HOST_DEVICES` changes it (0 to 64).
@@ -22,9 +22,7 @@ const MAX_IMAGE_BYTES: usize = 1 << 32;
 /// The most images or entries one descriptor may hold.
 const MAX_COUNT: usize = 1 << 20;
 
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use offload_core::sync::lock;
 
 /// A host-table entry, copied out of the program's memory.
 #[derive(Debug, Clone)]

@@ -9,12 +9,10 @@
 
 use offload_core::{Error, Result};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use offload_core::sync::lock;
 
 /// A job: gets the queue's failure, if any (only jobs submitted with `always` run then).
 pub type Job = Box<dyn FnOnce(Option<&Error>) -> Result<()> + Send>;
