@@ -962,7 +962,7 @@ fn every_worker_limit_stays_under_a_lowered_hard_limit() {
 
         // Above the hard limit: a clear error naming both numbers, from run and from jit.
         let (out, _) = run(&[(var, above)], "above");
-        let above_value = limits_value(r, above);
+        let above_value = r.parse(above).unwrap();
         assert_one_error_line(
             &out,
             &what,
@@ -981,7 +981,7 @@ fn every_worker_limit_stays_under_a_lowered_hard_limit() {
         assert!(out.status.success(), "{what} {below}: {}", stderr(&out));
         assert_eq!(read_f32s(&dump.join("arg3.bin")), expected, "{what}");
         let limits = jit_limits_json(&offload_limited(&["info", "--json"], &[(var, below)], &lim));
-        assert_eq!(limits[r.key()]["value"], limits_value(r, below), "{what}");
+        assert_eq!(limits[r.key()]["value"], r.parse(below).unwrap(), "{what}");
         assert_eq!(
             limits[r.key()]["source"].as_str().unwrap(),
             format!("{var}={below}"),
@@ -1001,13 +1001,6 @@ fn every_worker_limit_stays_under_a_lowered_hard_limit() {
     let out = offload_limited(&args, &[("OFFLOAD_JIT_MEMORY_LIMIT", "7G")], &lim);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(read_f32s(&dump.join("arg3.bin")), expected);
-}
-
-fn limits_value(r: Resource, text: &str) -> u64 {
-    match r {
-        Resource::AddressSpace | Resource::FileSize => offload_core::env::parse_size(text).unwrap(),
-        _ => text.parse().unwrap(),
-    }
 }
 
 /// A compile that hits the CPU-time or the file-size limit is one error line that names the

@@ -154,7 +154,8 @@ impl Resource {
         format!("{what}, or none for no limit of the JIT's own")
     }
 
-    fn parse(self, text: &str) -> Option<u64> {
+    /// A value of the variable (`4G`, `600`), if it is one in range.
+    pub fn parse(self, text: &str) -> Option<u64> {
         let v = match self {
             Resource::AddressSpace | Resource::FileSize => env::parse_size(text)?,
             Resource::CpuTime | Resource::OpenFiles => text.parse().ok()?,
