@@ -22,23 +22,12 @@ thread_local! {
     static DEVICE: Cell<i64> = const { Cell::new(0) };
 }
 
-/// Reads `LIBOMPTARGET_INFO` (or `OFFLOAD_INFO`): a number, decimal or `0x` hex. A bad value is
-/// reported once, naming the variable, and counts as 0.
+/// Reads `LIBOMPTARGET_INFO` / `OFFLOAD_INFO` with the runtime's own reader (bits, or kinds by
+/// name). A bad value is reported once, naming the variable, and counts as 0.
 pub fn init_from_env() {
-    for name in ["LIBOMPTARGET_INFO", "OFFLOAD_INFO"] {
-        let Ok(v) = std::env::var(name) else { continue };
-        let t = v.trim();
-        let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-            Some(h) => u32::from_str_radix(h, 16).ok(),
-            None => t.parse::<i64>().ok().map(|n| n as u32),
-        };
-        match parsed {
-            Some(bits) => INFO.store(bits, Ordering::Relaxed),
-            None => error(&format!(
-                "environment variable {name}='{v}' is not valid: expected a number (decimal or 0x hex) of LIBOMPTARGET_INFO bits; ignored"
-            )),
-        }
-        return;
+    match offload::diagnostics::Settings::from_env() {
+        Ok(s) => INFO.store(s.info, Ordering::Relaxed),
+        Err(e) => error(&format!("{e}; ignored")),
     }
 }
 
