@@ -19,19 +19,29 @@ fn library_dir() -> PathBuf {
     dir
 }
 
-/// Builds `tests/omp/<name>.c` with clang-19 for x86-64 offloading, linked against the
-/// libomptarget in `lib` (with an rpath to it), plus `extra` flags.
+/// Builds `tests/omp/<name>` (`.c`, or `.cpp` as C++) with clang-19 for x86-64 offloading,
+/// linked against the libomptarget in `lib` (with an rpath to it), plus `extra` flags.
 fn build(name: &str, lib: &Path, extra: &[&str], tag: &str) -> PathBuf {
-    let out = scratch("omptarget").join(format!("{name}-{tag}"));
-    let src = repo_root().join("tests/omp").join(format!("{name}.c"));
-    let mut args = vec![
+    let stem = name.split('.').next().unwrap();
+    let out = scratch("omptarget").join(format!("{stem}-{tag}"));
+    let file = if name.contains('.') {
+        name.to_string()
+    } else {
+        format!("{name}.c")
+    };
+    let src = repo_root().join("tests/omp").join(file);
+    let mut args = vec![];
+    if name.ends_with(".cpp") {
+        args.push("--driver-mode=g++");
+    }
+    args.extend([
         "-fopenmp",
         "-fopenmp-targets=x86_64-pc-linux-gnu",
         "-O1",
         src.to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
-    ];
+    ]);
     let l = format!("-L{}", lib.display());
     let rpath = format!("-Wl,-rpath,{}", lib.display());
     args.extend([l.as_str(), rpath.as_str()]);
@@ -110,6 +120,54 @@ fn openmp_programs_run_their_target_regions_on_the_host_plugin() {
     // The number of host devices is ours to configure.
     let out = run(&program, &[("OFFLOAD_OMP_HOST_DEVICES", "2")]);
     assert!(passed(&out, "2 devices").contains("devices 2"));
+}
+
+#[test]
+fn cxx_target_regions_run_aot_and_jit_compiled() {
+    let lib = library_dir();
+    // -O0 keeps the landing pads, so the image takes __gxx_personality_v0 from libstdc++,
+    // which the program has loaded and the plugin's trial-load process has not.
+    for (tag, extra) in [("aot", &[][..]), ("jit", &["-fopenmp-target-jit"][..])] {
+        let mut flags = vec!["-O0"];
+        flags.extend(extra);
+        let program = build("cxx.cpp", &lib, &flags, tag);
+        let cache = scratch("omptarget").join(format!("cxx-cache-{tag}"));
+        let out = run(&program, &[("OFFLOAD_CACHE_DIR", cache.to_str().unwrap())]);
+        passed(&out, &format!("cxx.cpp, {tag}"));
+    }
+}
+
+/// JIT mode (`-fopenmp-target-jit`: the device code is x86-64 bitcode, which upstream's
+/// library cannot compile): the first run compiles it in the JIT worker, the second process is
+/// served from the disk cache, and a region's kernel is called the OpenMP way (launch
+/// environment, then one word per argument, fewer parameters than words included).
+#[test]
+fn jit_mode_programs_compile_once_and_a_second_process_reads_the_disk_cache() {
+    let lib = library_dir();
+    let program = build("smoke", &lib, &["-fopenmp-target-jit"], "jit");
+    let cache = scratch("omptarget").join("jit-cache");
+    // Cargo's environment turns the disk cache off (.cargo/config.toml); this one is the
+    // test's own.
+    let envs = [
+        ("OFFLOAD_CACHE", "1"),
+        ("OFFLOAD_CACHE_DIR", cache.to_str().unwrap()),
+        ("OFFLOAD_INFO", "jit"),
+    ];
+    let first = run(&program, &envs);
+    let text = passed(&first, "smoke, JIT mode, first run");
+    assert!(text.contains("ok offloaded"), "{text}");
+    let said = stderr(&first);
+    assert!(
+        said.contains("compiled in") && !said.contains("read from the disk cache"),
+        "{said}"
+    );
+    let second = run(&program, &envs);
+    passed(&second, "smoke, JIT mode, second run");
+    let said = stderr(&second);
+    assert!(
+        said.contains("read from the disk cache") && !said.contains("compiled in"),
+        "{said}"
+    );
 }
 
 #[test]

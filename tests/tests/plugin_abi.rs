@@ -258,6 +258,44 @@ fn damaged_plugins_are_reported_and_the_others_keep_working() {
     assert_eq!(json["buffers"][1]["head"][0], 10.0);
 }
 
+/// Word arguments (OpenMP's convention, ABI 1.4) reach a 1.4 plugin as 8 bytes, and a plugin
+/// that speaks 1.3 gets a clear error instead of an argument kind it cannot decode. Sets
+/// `OFFLOAD_TESTDEV_MODE` in this process: a process per test (nextest) keeps it here.
+#[test]
+fn word_arguments_go_only_to_plugins_that_speak_abi_1_4() {
+    let image = synthetic_elf(TESTDEV_MACHINE, &["fill"]);
+    let fill = |rt: &Runtime| {
+        let device = rt.route(&image).unwrap();
+        let program = device.load(&image).unwrap();
+        let k = program.kernel("fill").unwrap();
+        let buf = device.alloc_buffer(16).unwrap();
+        let r = program.launch(
+            k,
+            &LaunchDims::linear(1, 4),
+            &[KernelArg::U32(7), KernelArg::Word(buf.ptr().0)],
+        );
+        let mut raw = vec![0u8; 16];
+        buf.read(&mut raw).unwrap();
+        (r, raw)
+    };
+    let (r, raw) = fill(&both_runtime());
+    r.unwrap();
+    assert_eq!(raw[..4], 7u32.to_le_bytes());
+    assert_eq!(raw[12..], 10u32.to_le_bytes());
+    // SAFETY: no other thread of this test process reads the environment now.
+    unsafe { std::env::set_var("OFFLOAD_TESTDEV_MODE", "abi-1.3") };
+    let rt = Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None);
+    let (r, raw) = fill(&rt);
+    let e = r.unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("kernel argument 1 is a word (OpenMP's convention, plugin ABI 1.4); plugin 'testdev' speaks ABI 1.3"),
+        "{e}"
+    );
+    assert_eq!(raw, vec![0u8; 16]);
+}
+
 #[test]
 fn genuinely_shorter_older_tables_load_and_work() {
     // testdev builds these tables at the very end of a readable page, followed by one that

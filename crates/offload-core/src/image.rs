@@ -538,6 +538,9 @@ pub struct ElfImage {
     pub info: ElfInfo,
     /// Defined, globally visible function and data symbols.
     pub symbols: Vec<ExportedSymbol>,
+    /// Names of the undefined, non-weak dynamic symbols: what the image takes from the
+    /// libraries of the process that loads it.
+    pub imports: Vec<String>,
 }
 
 impl ElfImage {
@@ -612,7 +615,16 @@ impl ElfImage {
         } else {
             Box::new(dynamic.into_iter())
         };
+        let mut imports = Vec::new();
         for sym in table {
+            if sym.is_undefined() && !sym.is_weak() && sym.index().0 != 0 {
+                if let Ok(name) = sym.name()
+                    && !name.is_empty()
+                {
+                    imports.push(name.to_string());
+                }
+                continue;
+            }
             if sym.is_undefined() || !sym.is_global() {
                 continue;
             }
@@ -640,7 +652,11 @@ impl ElfImage {
                 size: sym.size(),
             });
         }
-        Ok(ElfImage { info, symbols })
+        Ok(ElfImage {
+            info,
+            symbols,
+            imports,
+        })
     }
 
     /// Finds an exported symbol by name.

@@ -252,6 +252,13 @@ pub enum KernelArg {
     F64(f64),
     /// A device pointer (`T*` in the kernel).
     Ptr(DevicePtr),
+    /// One pointer-sized value that the kernel receives as its parameter is declared, a
+    /// pointer or a 64-bit integer: OpenMP's convention, where the caller knows values but not
+    /// types (a mapped address, a literal, a pointer into the middle of an allocation or to
+    /// host memory under unified shared memory). The layer does not check it against
+    /// allocations, and words past a kernel's known parameters are not passed (a C call
+    /// ignores them too).
+    Word(u64),
 }
 
 /// Kind codes of [`KernelArg`] on the ABI (part of the ABI, never reused).
@@ -270,6 +277,8 @@ pub mod arg_kind {
     pub const F64: u32 = 6;
     /// [`super::KernelArg::Ptr`]
     pub const PTR: u32 = 7;
+    /// [`super::KernelArg::Word`] (ABI 1.4)
+    pub const WORD: u32 = 8;
 }
 
 impl KernelArg {
@@ -283,6 +292,7 @@ impl KernelArg {
             KernelArg::F32(_) => "f32",
             KernelArg::F64(_) => "f64",
             KernelArg::Ptr(_) => "ptr",
+            KernelArg::Word(_) => "word",
         }
     }
 
@@ -304,6 +314,7 @@ impl KernelArg {
             KernelArg::F32(v) => (arg_kind::F32, u64::from(v.to_bits())),
             KernelArg::F64(v) => (arg_kind::F64, v.to_bits()),
             KernelArg::Ptr(p) => (arg_kind::PTR, p.0),
+            KernelArg::Word(v) => (arg_kind::WORD, v),
         }
     }
 
@@ -317,6 +328,7 @@ impl KernelArg {
             arg_kind::F32 => KernelArg::F32(f32::from_bits(bits as u32)),
             arg_kind::F64 => KernelArg::F64(f64::from_bits(bits)),
             arg_kind::PTR => KernelArg::Ptr(DevicePtr(bits)),
+            arg_kind::WORD => KernelArg::Word(bits),
             k => {
                 return Err(Error::InvalidArgument(format!(
                     "kernel argument {index} has unknown type code {k}"

@@ -280,7 +280,8 @@ unsafe extern "C" {
 
 /// Compiles `image` (bitcode or IR) to PTX text or an object file for `target`. With
 /// `work_groups` (images for the host plugin), each kernel also gets a work-group function
-/// (`cpp/work_groups.cpp`) before the module is optimised.
+/// (`cpp/work_groups.cpp`) before the module is optimised, unless the module is OpenMP device
+/// code (module flag `openmp-device`).
 pub fn compile(
     image: &[u8],
     target: &JitTarget,
@@ -334,6 +335,9 @@ pub fn compile(
     module.verify().map_err(|e| {
         Error::CompileFailure(format!("IR verification failed: {}", e.to_string_lossy()))
     })?;
+    // An OpenMP device module (clang's `-fopenmp-is-target-device` marks it) is compiled as it
+    // is: its kernels are called once and get their parallelism from libomp.
+    let work_groups = work_groups && module.get_flag("openmp-device").is_none();
     if work_groups {
         let reserved = |name: &std::ffi::CStr| name.to_bytes().starts_with(b"__offload_wg");
         if let Some(name) = module

@@ -451,7 +451,7 @@ impl Rtl {
         );
         let mut a = Vec::with_capacity(args.len() + 1);
         // `~0`: no launch environment (a host kernel never reads it).
-        a.push(KernelArg::U64(u64::MAX));
+        a.push(KernelArg::Word(u64::MAX));
         a.extend_from_slice(args);
         program
             .launch(kernel, &LaunchDims::linear(1, 1), &a)

@@ -642,7 +642,7 @@ fn run_region(
             // address), so none is handed over as a checked `Ptr`.
             if a.ty & map::LITERAL != 0 {
                 value_of[i] = Some(bases[i] as u64);
-                values.push(KernelArg::U64(bases[i] as u64));
+                values.push(KernelArg::Word(bases[i] as u64));
                 continue;
             }
             let size = a.size.max(0) as usize;
@@ -667,7 +667,7 @@ fn run_region(
                     }
                 };
                 value_of[i] = Some(tgt.wrapping_add(offset));
-                values.push(KernelArg::U64(tgt.wrapping_add(offset)));
+                values.push(KernelArg::Word(tgt.wrapping_add(offset)));
                 continue;
             }
             let mut base = bases[i];
@@ -682,7 +682,7 @@ fn run_region(
                 .unwrap_or(a.begin as u64);
             let v = tgt.wrapping_add(base.wrapping_sub(a.begin) as u64);
             value_of[i] = Some(v);
-            values.push(KernelArg::U64(v));
+            values.push(KernelArg::Word(v));
         }
         // Pointers captured by a lambda (PTR_AND_OBJ | LITERAL | IMPLICIT members of the lambda,
         // not kernel arguments themselves): the lambda's device copy gets the device address of

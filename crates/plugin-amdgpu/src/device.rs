@@ -710,7 +710,9 @@ impl DeviceBackend for AmdDevice {
                     arg.size()
                 )));
             }
-            if param.kind == ArgKind::Pointer && !matches!(arg, KernelArg::Ptr(_)) {
+            if param.kind == ArgKind::Pointer
+                && !matches!(arg, KernelArg::Ptr(_) | KernelArg::Word(_))
+            {
                 return Err(Error::InvalidArgument(format!(
                     "kernel '{name}' argument {i} is a pointer ({}); the launch passes {}",
                     param.value_kind,

@@ -30,6 +30,7 @@ pub fn check(name: &str, params: &[ParamType], args: &[KernelArg]) -> Result<()>
                 | (ParamType::F32, KernelArg::F32(_))
                 | (ParamType::F64, KernelArg::F64(_))
                 | (ParamType::Ptr, KernelArg::Ptr(_))
+                | (ParamType::Ptr | ParamType::I64, KernelArg::Word(_))
         );
         if !fits {
             return Err(Error::InvalidArgument(format!(
@@ -77,5 +78,20 @@ mod tests {
         );
         assert!(check("k", &[ParamType::Other("i16".into())], &[KernelArg::I32(1)]).is_err());
         check("empty", &[], &[]).unwrap();
+    }
+
+    #[test]
+    fn a_word_is_a_pointer_or_a_64_bit_integer_and_nothing_else() {
+        let w = KernelArg::Word(0x1000);
+        check("omp", &[ParamType::Ptr, ParamType::I64], &[w, w]).unwrap();
+        for p in [ParamType::I32, ParamType::F32, ParamType::F64] {
+            let e = check("omp", &[p.clone()], &[w]).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "argument 0 is {p} in the kernel; the launch passes word"
+                )),
+                "{e}"
+            );
+        }
     }
 }

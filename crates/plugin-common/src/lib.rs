@@ -502,6 +502,20 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     ) -> Result<()> {
         self.backend.enter()?;
         let k = self.kernels.get(kernel.0)?;
+        // OpenMP's host side passes a word per captured variable; the kernel may take fewer
+        // (a `declare target` variable is the device's own): the words past its parameters are
+        // what a C call would ignore, so they are not passed.
+        let args = match &k.params {
+            Some(params)
+                if args.len() > params.len()
+                    && args[params.len()..]
+                        .iter()
+                        .all(|a| matches!(a, KernelArg::Word(_))) =>
+            {
+                &args[..params.len()]
+            }
+            _ => args,
+        };
         if let Some(params) = &k.params {
             args::check(&k.name, params, args)?;
         }

@@ -278,7 +278,7 @@ impl PreparedCall {
                     KernelArg::I32(_) => Type::i32(),
                     KernelArg::U32(_) => Type::u32(),
                     KernelArg::I64(_) => Type::i64(),
-                    KernelArg::U64(_) => Type::u64(),
+                    KernelArg::U64(_) | KernelArg::Word(_) => Type::u64(),
                     KernelArg::F32(_) => Type::f32(),
                     KernelArg::F64(_) => Type::f64(),
                     KernelArg::Ptr(_) => Type::pointer(),

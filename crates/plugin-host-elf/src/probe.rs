@@ -7,6 +7,7 @@
 
 use offload_core::{Error, Result};
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -36,8 +37,51 @@ pub fn probe_path() -> Option<&'static PathBuf> {
     .as_ref()
 }
 
-/// Loads the image open on `fd` in the probe; `Ok` if it loaded there.
-pub fn trial_load(fd: BorrowedFd<'_>) -> Result<()> {
+/// The files of the libraries loaded in this process that define `imports` (the image's
+/// undefined symbols), in the order first needed: the probe loads them before the image, so
+/// that the image finds there what it will find here (libomp, libstdc++'s
+/// `__gxx_personality_v0`). Symbols nothing here defines, and those of the executable itself,
+/// give nothing: the probe's own load then says what is missing.
+pub fn providers(imports: &[String]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let exe = std::env::current_exe().ok();
+    for name in imports {
+        let Ok(c) = std::ffi::CString::new(name.as_str()) else {
+            continue;
+        };
+        // SAFETY: a valid C string; RTLD_DEFAULT searches the global scope without loading.
+        let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
+        if addr.is_null() {
+            continue;
+        }
+        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+        // SAFETY: `info` is writable; dladdr only reads the loader's tables.
+        if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+            continue;
+        }
+        // SAFETY: dladdr succeeded, so `info` is filled in.
+        let info = unsafe { info.assume_init() };
+        if info.dli_fname.is_null() {
+            continue;
+        }
+        // SAFETY: non-null, NUL-terminated, owned by the loader.
+        let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(file.to_bytes()));
+        if path.as_os_str().is_empty()
+            || !path.is_absolute()
+            || exe.as_deref() == Some(path.as_path())
+            || out.contains(&path)
+        {
+            continue;
+        }
+        out.push(path);
+    }
+    out
+}
+
+/// Loads the image open on `fd` in the probe; `Ok` if it loaded there. `preload`: libraries
+/// the probe loads first ([`providers`]).
+pub fn trial_load(fd: BorrowedFd<'_>, preload: &[PathBuf]) -> Result<()> {
     let Some(probe) = probe_path() else {
         // Without the probe the image is loaded directly (the plugin's properties say so).
         return Ok(());
@@ -45,6 +89,7 @@ pub fn trial_load(fd: BorrowedFd<'_>) -> Result<()> {
     let raw = fd.as_raw_fd();
     let mut cmd = Command::new(probe);
     cmd.arg(raw.to_string())
+        .args(preload)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

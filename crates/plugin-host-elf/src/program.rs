@@ -94,7 +94,8 @@ impl Program {
             );
         }
         // A trial load in another process first: what would crash or hang it is refused.
-        crate::probe::trial_load(fd.as_fd())?;
+        // It first loads what this process lends the image (libomp, libstdc++).
+        crate::probe::trial_load(fd.as_fd(), &crate::probe::providers(&image.imports))?;
         let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
         // SAFETY: `path` names our memfd; RTLD_LOCAL keeps the image's symbols out of the
         // global namespace. Running the image's initialisers is inherent to loading it.

@@ -11,7 +11,7 @@
 //! `OFFLOAD_TESTDEV_MODE` damages the plugin on purpose, for the runtime's ABI tests:
 //! `bad-magic`, `bad-major`, `short-table` (table_size below 1.0), `abi-1.0` and `abi-1.1`
 //! (genuinely shorter tables of older minor versions, ending at a guard page so that a read
-//! past them faults), `null-entry` (entry returns null), `null-launch` and `null-jit-stats`
+//! past them faults), `abi-1.3` (a whole table that says 1.3, which has no word arguments), `null-entry` (entry returns null), `null-launch` and `null-jit-stats`
 //! (a required entry is null), `panic-entry` (the constructor panics), `init-error` (init
 //! fails), `no-devices` (init reports 0), `many-devices` (init reports 2^32 - 1),
 //! `odd-strings` (device names with a newline and a terminal escape). `OFFLOAD_TESTDEV_DEVICES`
@@ -215,6 +215,8 @@ impl DeviceBackend for TestDevice {
                     .unwrap_or(0);
                 let Some(out) = args.iter().find_map(|a| match a {
                     KernelArg::Ptr(p) => Some(*p),
+                    // Like a real driver's, a word is the 8 bytes of whatever the kernel takes.
+                    KernelArg::Word(w) => Some(DevicePtr(*w)),
                     _ => None,
                 }) else {
                     return Ok(());
@@ -291,6 +293,8 @@ pub extern "C" fn offload_plugin_entry() -> *const PluginTable {
         "null-jit-stats" => damaged(&|t| t.jit_stats = None),
         "abi-1.0" => guarded_copy(good, TABLE_SIZE_1_0, 0),
         "abi-1.1" => guarded_copy(good, TABLE_SIZE_1_1, 1),
+        // A whole table that says 1.3: the runtime must not send it 1.4's word arguments.
+        "abi-1.3" => guarded_copy(good, std::mem::size_of::<PluginTable>(), 3),
         "null-entry" => std::ptr::null(),
         _ => table,
     }

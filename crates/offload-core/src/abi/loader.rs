@@ -686,6 +686,16 @@ impl GenericDevice for LoadedDevice {
                 q.0, kernel.0, dims.grid, dims.block)
             .entered()
         });
+        if self.plugin.abi_version < (1, 4)
+            && let Some(i) = args.iter().position(|a| matches!(a, KernelArg::Word(_)))
+        {
+            let (major, minor) = self.plugin.abi_version;
+            return Err(Error::Unsupported(format!(
+                "kernel argument {i} is a word (OpenMP's convention, plugin ABI 1.4); plugin \
+                 '{}' speaks ABI {major}.{minor}: rebuild it against this runtime's offload-core",
+                self.plugin.name
+            )));
+        }
         let raw_dims = AbiLaunchDims {
             grid: dims.grid,
             block: dims.block,

@@ -18,6 +18,8 @@
 //! - ABI 1.3 adds events (create, record, wait, synchronize, query, destroy),
 //!   `image_claims` (what image kinds a plugin serves) and `plugin_properties` (facts for
 //!   `offload info`).
+//! - ABI 1.4 adds the kernel-argument kind `word` ([`crate::KernelArg::Word`]): one
+//!   pointer-sized value passed as the kernel's parameter is declared (OpenMP's convention).
 //! - The runtime never forms a reference to a plugin's table: it copies the `table_size`
 //!   bytes the plugin declares into a zeroed table of its own (entries a shorter, older table
 //!   lacks stay null), and refuses a table whose version requires an entry that is null.
@@ -35,7 +37,7 @@ pub const ABI_MAGIC: u64 = u64::from_le_bytes(*b"OFFLDPLG");
 /// Major ABI version: tables with another major version are refused.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor ABI version: a larger minor only appends entries to the table.
-pub const ABI_MINOR: u16 = 3;
+pub const ABI_MINOR: u16 = 4;
 /// The one symbol every plugin library exports (`extern "C" fn() -> *const PluginTable`).
 pub const ENTRY_SYMBOL: &str = "offload_plugin_entry";
 /// Queue value meaning "run synchronously".
