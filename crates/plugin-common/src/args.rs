@@ -85,7 +85,9 @@ mod tests {
         let w = KernelArg::Word(0x1000);
         check("omp", &[ParamType::Ptr, ParamType::I64], &[w, w]).unwrap();
         for p in [ParamType::I32, ParamType::F32, ParamType::F64] {
-            let e = check("omp", &[p.clone()], &[w]).unwrap_err().to_string();
+            let e = check("omp", std::slice::from_ref(&p), &[w])
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains(&format!(
                     "argument 0 is {p} in the kernel; the launch passes word"
