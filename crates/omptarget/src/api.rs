@@ -200,8 +200,12 @@ pub unsafe extern "C" fn omp_target_is_present(ptr: *const c_void, dev: c_int) -
     match device(dev, "omp_target_is_present") {
         Ok(None) => 1,
         Ok(Some(d)) => {
-            let st = lock(&d.state);
-            c_int::from(st.table.translate(ptr as usize).is_some())
+            // One byte, as upstream checks (the size of the storage is not known).
+            let r =
+                lock(&d.state)
+                    .table
+                    .get_tgt_ptr_begin(ptr as usize, 1, false, false, false, false);
+            c_int::from(r.is_present)
         }
         Err(()) => 0,
     }
@@ -486,6 +490,7 @@ pub unsafe extern "C" fn omp_target_associate_ptr(
             dyn_ref: mapping::INF,
             hold_ref: 0,
             name: String::new(),
+            decl: "unknown at unknown:0:0".into(),
             shadows: Default::default(),
             owned: false,
         },
@@ -541,10 +546,16 @@ pub unsafe extern "C" fn omp_get_mapped_ptr(ptr: *const c_void, dev: c_int) -> *
         return std::ptr::null_mut();
     }
     match device(dev, "omp_get_mapped_ptr") {
-        Ok(Some(d)) => lock(&d.state)
-            .table
-            .translate(ptr as usize)
-            .map_or(std::ptr::null_mut(), |t| t as *mut c_void),
+        Ok(Some(d)) => {
+            let r =
+                lock(&d.state)
+                    .table
+                    .get_tgt_ptr_begin(ptr as usize, 1, false, false, false, false);
+            match r.tgt {
+                Some(t) if r.is_present => t as *mut c_void,
+                _ => std::ptr::null_mut(),
+            }
+        }
         _ => std::ptr::null_mut(),
     }
 }
@@ -554,38 +565,7 @@ pub extern "C" fn ompx_dump_mapping_tables() {
     let Some(rtl) = rtl::get() else { return };
     for d in &rtl.devices {
         let st = lock(&d.state);
-        if st.table.entries.is_empty() {
-            println!(
-                "omptarget device {} info: OpenMP Host-Device pointer mappings table empty",
-                d.id
-            );
-            continue;
-        }
-        println!(
-            "omptarget device {} info: OpenMP Host-Device pointer mappings after block at unknown:0:0:",
-            d.id
-        );
-        println!(
-            "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration"
-        );
-        for e in st.table.entries.values() {
-            let c = |v: u64| {
-                if v == mapping::INF {
-                    "INF".to_string()
-                } else {
-                    v.to_string()
-                }
-            };
-            println!(
-                "{:#018x} {:#018x} {:<8} {:<11} {:<12} {}",
-                e.hst_begin,
-                e.tgt_begin,
-                e.hst_end - e.hst_begin,
-                c(e.dyn_ref),
-                c(e.hold_ref),
-                e.name
-            );
-        }
+        messages::dump_table(d.id, "libomptarget:0:0", &st.table, true);
     }
 }
 

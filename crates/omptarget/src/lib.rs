@@ -21,5 +21,6 @@ mod abi;
 mod api;
 mod mapping;
 mod messages;
+mod pool;
 mod rtl;
 mod target;

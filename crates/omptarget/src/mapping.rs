@@ -8,7 +8,7 @@
 
 use crate::abi::map;
 use crate::messages;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// An infinite reference count (globals, `omp_target_associate_ptr`).
 pub const INF: u64 = u64::MAX;
@@ -48,6 +48,8 @@ pub struct Entry {
     pub hold_ref: u64,
     /// The variable's name (`A[0:64]`), for messages.
     pub name: String,
+    /// Its declaration (`A[0:64] at info.c:27:5`), for the mapping-table dump.
+    pub decl: String,
     /// Shadow pointers by host address.
     pub shadows: BTreeMap<usize, Shadow>,
     /// Whether deleting the entry frees `tgt_alloc` (false for associated pointers and globals).
@@ -211,7 +213,7 @@ impl Table {
         base: usize,
         padding: usize,
         size: usize,
-        name: &str,
+        (name, decl): (&str, &str),
         f: BeginFlags,
     ) -> TargetPointer {
         let l = self.lookup(begin, size);
@@ -223,14 +225,23 @@ impl Table {
             && (l.contained || ((l.extends_before || l.extends_after) && f.implicit))
         {
             let e = self.entries.get_mut(&k).expect("looked up");
-            if f.update_ref {
+            let action = if f.update_ref {
                 e.inc(f.hold);
                 r.is_new = false;
+                " (incremented)"
             } else {
                 r.is_new = e.total() == 1;
-            }
+                " (update suppressed)"
+            };
             r.tgt = Some(e.tgt_of(begin));
             r.key = Some(k);
+            messages::info_mapping_exists(
+                f.implicit,
+                (begin, e.tgt_of(begin), size),
+                e,
+                (action, f.hold),
+                Some(name),
+            );
         } else if let Some(k) = l.key
             && (l.extends_before || l.extends_after)
         {
@@ -251,6 +262,12 @@ impl Table {
             r.tgt = None;
         } else if self.usm && !f.close {
             if size > 0 {
+                messages::info_line(
+                    messages::info::MAPPING_CHANGED,
+                    &format!(
+                        "Return HstPtrBegin {begin:#018x} Size={size} for unified shared memory"
+                    ),
+                );
                 r.is_present = false;
                 r.is_host = true;
                 r.tgt = Some(begin as u64);
@@ -277,6 +294,7 @@ impl Table {
                         dyn_ref,
                         hold_ref,
                         name: name.to_string(),
+                        decl: decl.to_string(),
                         shadows: BTreeMap::new(),
                         owned: true,
                     };
@@ -298,7 +316,12 @@ impl Table {
             && (r.is_new || f.always)
             && size != 0
         {
-            messages::info_copy_to_device(begin, tgt, size, name);
+            // Upstream names a copy after the entry it serves.
+            let shown = r
+                .key
+                .and_then(|k| self.entries.get(&k))
+                .map_or(name, |e| &e.name);
+            messages::info_copy_to_device(begin, tgt, size, shown);
             if !dev.submit(tgt, begin, size as u64) {
                 r.tgt = None;
             }
@@ -332,6 +355,13 @@ impl Table {
             r.tgt = Some(e.tgt_of(hp));
             r.is_present = true;
             r.key = Some(k);
+            let action = match (update_ref, r.is_last, force_delete) {
+                (false, _, _) => " (update suppressed)",
+                (true, true, true) => " (reset, delayed deletion)",
+                (true, true, false) => " (decremented, delayed deletion)",
+                (true, false, _) => " (decremented)",
+            };
+            messages::info_mapping_exists(false, (hp, e.tgt_of(hp), size), e, (action, hold), None);
         } else if self.usm {
             r.is_host = true;
             r.tgt = Some(hp as u64);
@@ -342,7 +372,8 @@ impl Table {
     }
 
     /// Removes the entry at `key` if nothing holds it any more; frees its memory if it owns it.
-    pub fn remove_if_unused(&mut self, dev: &dyn DeviceMemory, key: usize) -> bool {
+    /// `size`: the map entry's, for the info line (upstream prints that, not the entry's).
+    pub fn remove_if_unused(&mut self, dev: &dyn DeviceMemory, key: usize, size: usize) -> bool {
         let Some(e) = self.entries.get(&key) else {
             return false;
         };
@@ -350,7 +381,7 @@ impl Table {
             return false;
         }
         let e = self.entries.remove(&key).expect("present");
-        messages::info_mapping_removed(&e);
+        messages::info_mapping_removed(&e, size);
         if e.owned {
             dev.free(e.tgt_alloc);
         }
@@ -373,6 +404,8 @@ pub struct MapArg {
     pub size: i64,
     pub ty: i64,
     pub name: String,
+    /// `name at file:line:col`.
+    pub decl: String,
     /// A user-defined mapper function (0: none).
     pub mapper: usize,
 }
@@ -443,7 +476,7 @@ pub fn data_begin(
                 base,
                 0,
                 std::mem::size_of::<usize>(),
-                &a.name,
+                (&a.name, &a.decl),
                 BeginFlags {
                     to: false,
                     always: false,
@@ -474,7 +507,7 @@ pub fn data_begin(
             base,
             padding,
             size,
-            &a.name,
+            (&a.name, &a.decl),
             BeginFlags {
                 update_ref,
                 ..flags
@@ -495,6 +528,19 @@ pub fn data_begin(
         if t & map::RETURN_PARAM != 0 {
             bases[i] = (tgt as usize).wrapping_sub(a.begin.wrapping_sub(base));
         }
+        if t != 0 && map::member_of(t).is_none() && !flags.implicit && !r.is_present && !r.is_host {
+            messages::info_line(
+                messages::info::EMPTY_MAPPING,
+                &format!(
+                    "variable {} does not have a valid device counterpart",
+                    if a.name.is_empty() {
+                        "unknown"
+                    } else {
+                        &a.name
+                    }
+                ),
+            );
+        }
         if let Some((host_ptr_addr, p)) = pointer
             && !r.is_host
             && r.tgt.is_some()
@@ -512,6 +558,8 @@ pub fn data_begin(
                 if changed {
                     e.shadows.insert(host_ptr_addr, s);
                     let bytes = expected.to_le_bytes();
+                    // Named after the pointer's entry, as upstream's submitData does.
+                    messages::info_copy_to_device(bytes.as_ptr() as usize, ptgt, 8, &e.name);
                     if !dev.submit(ptgt, bytes.as_ptr() as usize, 8) {
                         messages::error("Copying data to device failed.");
                         return Err(Failed);
@@ -523,7 +571,13 @@ pub fn data_begin(
     Ok(())
 }
 
-/// `targetDataEnd` over `args`, in reverse order.
+/// What `targetDataEnd` does to an entry once every copy is done: (key, delete it, restore
+/// its shadow pointers, the map entry's size).
+type Post = (usize, bool, bool, usize);
+
+/// `targetDataEnd` over `args`, in reverse order. Entries are removed after every copy,
+/// those of a mapper's components (their own pass) before the construct's own, as upstream's
+/// post-processing runs.
 pub fn data_end(
     table: &mut Table,
     dev: &dyn DeviceMemory,
@@ -531,8 +585,41 @@ pub fn data_end(
     from_mapper: bool,
     expand: Expand<'_>,
 ) -> Result<(), Failed> {
-    // (key, delete, restore shadows) records, processed after every copy.
-    let mut post: Vec<(usize, bool, bool)> = Vec::new();
+    let mut lists = Vec::new();
+    // A failed pass stops there, its post-processing undone, as upstream's.
+    data_end_pass(table, dev, args, from_mapper, expand, &mut lists)?;
+    let all: Vec<Post> = lists.into_iter().flatten().collect();
+    // Upstream counts the construct's references to an entry (its data-end thread count); the
+    // last one deletes it, and the info line gives that map entry's size.
+    let mut left: HashMap<usize, usize> = HashMap::new();
+    for p in &all {
+        *left.entry(p.0).or_default() += 1;
+    }
+    for (key, delete, from, size) in all {
+        let n = left.get_mut(&key).expect("counted");
+        *n -= 1;
+        if from && let Some(e) = table.entries.get(&key) {
+            for (&addr, s) in &e.shadows {
+                // SAFETY: a shadow pointer's host address is a pointer the program mapped.
+                unsafe { *(addr as *mut usize) = s.host_val };
+            }
+        }
+        if delete && *n == 0 {
+            table.remove_if_unused(dev, key, size);
+        }
+    }
+    Ok(())
+}
+
+fn data_end_pass(
+    table: &mut Table,
+    dev: &dyn DeviceMemory,
+    args: &[MapArg],
+    from_mapper: bool,
+    expand: Expand<'_>,
+    lists: &mut Vec<Vec<Post>>,
+) -> Result<(), Failed> {
+    let mut post: Vec<Post> = Vec::new();
     for i in (0..args.len()).rev() {
         let a = &args[i];
         let t = a.ty;
@@ -540,7 +627,7 @@ pub fn data_end(
             continue;
         }
         if a.mapper != 0 {
-            data_end(table, dev, &expand(a), true, expand)?;
+            data_end_pass(table, dev, &expand(a), true, expand, lists)?;
             continue;
         }
         let member = map::member_of(t).is_some();
@@ -573,7 +660,7 @@ pub fn data_end(
         let from = t & map::FROM != 0;
         if from && (t & map::ALWAYS != 0 || r.is_last) && !r.is_host && size != 0 {
             let tgt = r.tgt.expect("present");
-            messages::info_copy_to_host(tgt, a.begin, size, &a.name);
+            messages::info_copy_to_host(tgt, a.begin, size, &table.entries[&key].name);
             if !dev.retrieve(a.begin, tgt, size as u64) {
                 messages::error("Copying data from device failed.");
                 return Err(Failed);
@@ -581,19 +668,9 @@ pub fn data_end(
         }
         // Members without PTR_AND_OBJ are never deleted on their own.
         let delete = !(r.is_host || (member && t & map::PTR_AND_OBJ == 0));
-        post.push((key, delete, from));
+        post.push((key, delete, from, size));
     }
-    for (key, delete, from) in post {
-        if from && let Some(e) = table.entries.get(&key) {
-            for (&addr, s) in &e.shadows {
-                // SAFETY: a shadow pointer's host address is a pointer the program mapped.
-                unsafe { *(addr as *mut usize) = s.host_val };
-            }
-        }
-        if delete {
-            table.remove_if_unused(dev, key);
-        }
-    }
+    lists.push(post);
     Ok(())
 }
 
@@ -622,7 +699,7 @@ pub fn update_piece(
     let tgt = r.tgt.expect("present");
     let key = r.key.expect("present");
     if ty & map::TO != 0 {
-        messages::info_copy_to_device(hp, tgt, size, "");
+        messages::info_copy_to_device(hp, tgt, size, &table.entries[&key].name);
         if !dev.submit(tgt, hp, size as u64) {
             return Err(Failed);
         }
@@ -635,7 +712,7 @@ pub fn update_piece(
         }
     }
     if ty & map::FROM != 0 {
-        messages::info_copy_to_host(tgt, hp, size, "");
+        messages::info_copy_to_host(tgt, hp, size, &table.entries[&key].name);
         if !dev.retrieve(hp, tgt, size as u64) {
             return Err(Failed);
         }
@@ -691,6 +768,7 @@ mod tests {
             size: std::mem::size_of_val(v) as i64,
             ty,
             name: "v".into(),
+            decl: "v at unknown:0:0".into(),
             mapper: 0,
         }
     }
@@ -780,10 +858,10 @@ mod tests {
         let v = vec![0i32; 16];
         let b = v.as_ptr() as usize;
         data_begin(&mut t, &dev, &[arg(&v, map::TO)], &mut [0], false, &none).unwrap();
-        let inner = t.get_target_pointer(&dev, b + 8, b, 0, 8, "v", BeginFlags::default());
+        let inner = t.get_target_pointer(&dev, b + 8, b, 0, 8, ("v", "v"), BeginFlags::default());
         assert_eq!(inner.tgt, Some(t.entries[&b].tgt_begin + 8));
         // Explicit extension past the end: refused.
-        let ext = t.get_target_pointer(&dev, b + 60, b, 0, 8, "v", BeginFlags::default());
+        let ext = t.get_target_pointer(&dev, b + 60, b, 0, 8, ("v", "v"), BeginFlags::default());
         assert!(ext.tgt.is_none());
         // Implicit: allowed.
         let imp = t.get_target_pointer(
@@ -792,7 +870,7 @@ mod tests {
             b,
             0,
             8,
-            "v",
+            ("v", "v"),
             BeginFlags {
                 implicit: true,
                 ..Default::default()

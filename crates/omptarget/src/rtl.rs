@@ -9,6 +9,7 @@
 use crate::abi::{self, BinDesc, OffloadEntry};
 use crate::mapping::{self, DeviceMemory, Table};
 use crate::messages;
+use crate::pool;
 use offload::{Device, KernelArg, LaunchDims, MemoryKind, Program, Runtime};
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -67,12 +68,32 @@ pub struct OmpDevice {
     pub id: usize,
     pub device: Device,
     pub state: Mutex<DeviceState>,
+    /// What mappings free waits here for the next mapping (upstream's memory manager).
+    pub pool: pool::Pool,
+}
+
+impl pool::Backing for Device {
+    fn alloc_raw(&self, size: u64) -> Result<u64, String> {
+        self.raw()
+            .alloc(size, MemoryKind::Device)
+            .map(|p| p.0)
+            .map_err(|e| e.to_string())
+    }
+    fn free_raw(&self, ptr: u64) {
+        let _ = self.raw().free(offload::DevicePtr(ptr));
+    }
+}
+
+impl Drop for OmpDevice {
+    fn drop(&mut self) {
+        self.pool.release(&self.device);
+    }
 }
 
 impl DeviceMemory for OmpDevice {
     fn alloc(&self, size: u64) -> Option<u64> {
-        match self.device.raw().alloc(size, MemoryKind::Device) {
-            Ok(p) => Some(p.0),
+        match self.pool.alloc(&self.device, size) {
+            Ok(p) => Some(p),
             Err(e) => {
                 messages::error(&format!(
                     "allocating {size} bytes on device {} failed: {e}",
@@ -83,7 +104,7 @@ impl DeviceMemory for OmpDevice {
         }
     }
     fn free(&self, ptr: u64) {
-        let _ = self.device.raw().free(offload::DevicePtr(ptr));
+        self.pool.free(&self.device, ptr);
     }
     fn submit(&self, dst: u64, src: usize, size: u64) -> bool {
         // SAFETY: the program hands over `size` readable bytes at `src` (the OpenMP contract).
@@ -166,6 +187,7 @@ fn make_rtl() -> Rtl {
     // Upstream numbers devices as plugins are initialised: the host plugin's come first here
     // (the GPU plugins cannot run x86-64 images; their devices follow, for images they take).
     let mut devices = Vec::new();
+    let pools = pool::Pool::from_env();
     let mut order: Vec<&offload::PluginSlot> = runtime.plugins().iter().collect();
     order.sort_by_key(|s| s.name() != "host");
     for slot in order {
@@ -182,6 +204,7 @@ fn make_rtl() -> Rtl {
                     id: devices.len(),
                     device: device.clone(),
                     state: Mutex::default(),
+                    pool: pools.like(),
                 }));
             }
         }
@@ -401,6 +424,7 @@ impl Rtl {
                                     dyn_ref: mapping::INF,
                                     hold_ref: 0,
                                     name: e.name.clone(),
+                                    decl: messages::var_decl(&e.name),
                                     shadows: Default::default(),
                                     owned: false,
                                 },
@@ -445,7 +469,7 @@ impl Rtl {
             .clone();
         let (kernel, name) = (*kernel, name.clone());
         drop(st);
-        messages::info_line(
+        messages::plugin_info_line(
             messages::info::PLUGIN_KERNEL,
             &format!("Launching kernel {name} with 1 blocks and 1 threads in Generic mode"),
         );

@@ -60,7 +60,8 @@ fn default_device() -> i64 {
     i64::from(unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i32>(f)() })
 }
 
-fn source_location(loc: *const Ident) -> Option<String> {
+/// The `";file;func;line;col;;"` string of a source location.
+fn psource(loc: *const Ident) -> Option<String> {
     if loc.is_null() {
         return None;
     }
@@ -69,8 +70,69 @@ fn source_location(loc: *const Ident) -> Option<String> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: a NUL-terminated ";file;func;line;col;;" string.
-    let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    // SAFETY: a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// `printKernelArguments` (`LIBOMPTARGET_INFO` bit 0x1): the construct and its map entries.
+fn info_arguments(region: &str, loc: *const Ident, args: &[MapArg]) {
+    if !messages::enabled(messages::info::KERNEL_ARGS) {
+        return;
+    }
+    let (file, line, col) = messages::location_parts(psource(loc).as_deref());
+    let all = u32::MAX;
+    messages::info_line(
+        all,
+        &format!(
+            "{region} at {file}:{line}:{col} with {} arguments:",
+            args.len()
+        ),
+    );
+    for a in args {
+        let t = a.ty;
+        let kind = if t & map::TO != 0 && t & map::FROM != 0 {
+            "tofrom"
+        } else if t & map::TO != 0 {
+            "to"
+        } else if t & map::FROM != 0 {
+            "from"
+        } else if t & map::PRIVATE != 0 {
+            "private"
+        } else if t & map::LITERAL != 0 {
+            "firstprivate"
+        } else if a.size != 0 {
+            "alloc"
+        } else {
+            "use_address"
+        };
+        let implicit = if t & map::IMPLICIT != 0 {
+            "(implicit)"
+        } else {
+            ""
+        };
+        messages::info_line(
+            all,
+            &format!(
+                "{kind}({})[{}] {implicit}",
+                messages::shown(&a.name),
+                a.size
+            ),
+        );
+    }
+}
+
+/// `dumpTargetPointerMappings` of every device (`LIBOMPTARGET_INFO` bit 0x4, or a failure
+/// with it set).
+fn dump_tables(rtl: &Rtl, loc: *const Ident) {
+    let (file, line, col) = messages::location_parts(psource(loc).as_deref());
+    for d in &rtl.devices {
+        let st = lock(&d.state);
+        messages::dump_table(d.id, &format!("{file}:{line}:{col}"), &st.table, false);
+    }
+}
+
+fn source_location(loc: *const Ident) -> Option<String> {
+    let s = psource(loc)?;
     let parts: Vec<&str> = s.split(';').collect();
     match parts.as_slice() {
         [_, file, _, line, col, ..] if *file != "unknown" && !file.is_empty() => {
@@ -87,9 +149,13 @@ pub fn outcome(rtl: &Rtl, success: bool, loc: *const Ident) {
             messages::fatal(1, "expected no offloading while offloading is disabled")
         }
         Policy::Mandatory if !success => {
-            messages::error(
-                "Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.",
-            );
+            if messages::enabled(messages::info::DUMP_TABLE) {
+                dump_tables(rtl, loc);
+            } else {
+                messages::error(
+                    "Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.",
+                );
+            }
             if rtl.devices.is_empty() {
                 messages::error("No images found compatible with the installed hardware. ");
             }
@@ -225,12 +291,14 @@ fn expand_mapper(a: &MapArg) -> Vec<MapArg> {
         .map(|i| {
             // SAFETY: `len` components were written.
             let c = unsafe { *handle.begin.add(i) };
+            let (name, decl) = messages::var(c.name);
             MapArg {
                 base: c.base as usize,
                 begin: c.begin as usize,
                 size: c.size,
                 ty: c.ty,
-                name: messages::var_name(c.name),
+                name,
+                decl,
                 mapper: 0,
             }
         })
@@ -298,16 +366,18 @@ unsafe fn map_args(
         .map(|i| {
             // SAFETY: `n` entries each (caller's contract).
             unsafe {
+                let (name, decl) = messages::var(if names.is_null() {
+                    std::ptr::null()
+                } else {
+                    *names.add(i)
+                });
                 MapArg {
                     base: *bases.add(i) as usize,
                     begin: *begins.add(i) as usize,
                     size: *sizes.add(i),
                     ty: *types.add(i),
-                    name: if names.is_null() {
-                        String::new()
-                    } else {
-                        messages::var_name(*names.add(i))
-                    },
+                    name,
+                    decl,
                     mapper: if mappers.is_null() {
                         0
                     } else {
@@ -331,6 +401,13 @@ pub unsafe extern "C" fn __tgt_register_lib(desc: *mut BinDesc) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __tgt_unregister_lib(desc: *mut BinDesc) {
     if let Some(rtl) = rtl::get() {
+        if messages::enabled(messages::info::DUMP_TABLE) {
+            // As upstream's unregistration does: every device, last first.
+            for d in rtl.devices.iter().rev() {
+                let st = lock(&d.state);
+                messages::dump_table(d.id, "libomptarget:0:0", &st.table, false);
+            }
+        }
         rtl.unregister(desc);
     }
     rtl::deinit();
@@ -389,6 +466,15 @@ unsafe fn data_construct(
     };
     // SAFETY: caller's contract.
     let args = unsafe { map_args(n, bases, begins, sizes, types, names, mappers) };
+    info_arguments(
+        match op {
+            DataOp::Begin => "Entering OpenMP data region with being_mapper",
+            DataOp::End => "Exiting OpenMP data region with end_mapper",
+            DataOp::Update => "Updating data within the OpenMP data region with update_mapper",
+        },
+        loc,
+        &args,
+    );
     let ok = {
         let mut st = lock(&d.state);
         match op {
@@ -412,12 +498,10 @@ unsafe fn data_construct(
             DataOp::Update => update(&mut st.table, &d, &args).is_ok(),
         }
     };
-    if !ok {
-        messages::error(match op {
-            DataOp::Begin => "Call to targetDataBegin failed, abort target.",
-            DataOp::End => "Call to targetDataEnd failed, abort target.",
-            DataOp::Update => "Call to targetDataUpdate failed, abort target.",
-        });
+    // A failure is reported by what failed (upstream adds nothing here) and dumps the tables
+    // in `outcome`.
+    if ok && messages::enabled(messages::info::DUMP_TABLE) {
+        dump_tables(&rtl, loc);
     }
     outcome(&rtl, ok, loc);
 }
@@ -655,8 +739,11 @@ fn run_region(
                     match d.alloc(size as u64) {
                         Some(p) => {
                             privates.push(p);
-                            if a.ty & map::TO != 0 && !d.submit(p, a.begin, size as u64) {
-                                failed = true;
+                            if a.ty & map::TO != 0 {
+                                messages::info_copy_to_device(a.begin, p, size, "");
+                                if !d.submit(p, a.begin, size as u64) {
+                                    failed = true;
+                                }
                             }
                             p
                         }
@@ -774,8 +861,12 @@ pub unsafe extern "C" fn __tgt_target_kernel(
             ka.arg_mappers,
         )
     };
+    info_arguments("Entering OpenMP kernel", loc, &margs);
     let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
     let ok = run_region(&rtl, &d, host_ptr as usize, &margs, &mut bases).is_ok();
+    if ok && messages::enabled(messages::info::DUMP_TABLE) {
+        dump_tables(&rtl, loc);
+    }
     outcome(&rtl, ok, loc);
     if ok { SUCCESS } else { FAIL }
 }
