@@ -23,8 +23,6 @@ pub struct OffloadEntry {
 
 /// `flags` of a requires entry.
 pub const ENTRY_REGISTER_REQUIRES: i32 = 0x10;
-/// `flags` of a `declare target link` global.
-pub const ENTRY_LINK: i32 = 0x1;
 /// `flags` of an indirect function.
 pub const ENTRY_INDIRECT: i32 = 0x8;
 

@@ -409,7 +409,20 @@ impl Rtl {
                                     format!("global '{}' on device {}: {err}", e.name, dev.id)
                                 })?;
                         if st.table.translate(e.addr).is_none() {
-                            if usm {
+                            let mut tgt = g.ptr.0;
+                            if e.flags & abi::ENTRY_INDIRECT != 0 {
+                                // `declare target indirect`: the host function maps to the
+                                // device function the named device variable points to.
+                                let mut word = [0u8; 8];
+                                messages::info_copy_to_host(g.ptr.0, word.as_ptr() as usize, 8, "");
+                                if !dev.retrieve(word.as_mut_ptr() as usize, g.ptr.0, 8) {
+                                    return Err(format!(
+                                        "reading indirect function pointer '{}' on device {}",
+                                        e.name, dev.id
+                                    ));
+                                }
+                                tgt = u64::from_le_bytes(word);
+                            } else if usm {
                                 // The device's reference pointer gets the host address.
                                 let _ = dev.submit(g.ptr.0, e.addr, e.size as u64);
                             }
@@ -419,8 +432,8 @@ impl Rtl {
                                     hst_base: e.addr,
                                     hst_begin: e.addr,
                                     hst_end: e.addr + e.size,
-                                    tgt_alloc: g.ptr.0,
-                                    tgt_begin: g.ptr.0,
+                                    tgt_alloc: tgt,
+                                    tgt_begin: tgt,
                                     dyn_ref: mapping::INF,
                                     hold_ref: 0,
                                     name: e.name.clone(),

@@ -2,7 +2,7 @@
 //! (`__tgt_target_kernel` and the legacy forms), data regions (`__tgt_target_data_*`) and
 //! mappers; the offload policy (`OMP_TARGET_OFFLOAD`, read from libomp) and the host fallback.
 
-use crate::abi::{self, BinDesc, FAIL, Ident, KernelArgs, NonContig, SUCCESS, map};
+use crate::abi::{BinDesc, FAIL, Ident, KernelArgs, NonContig, SUCCESS, map};
 use crate::mapping::{self, MapArg};
 use crate::messages;
 use crate::rtl::{self, OmpDevice, Rtl, lock};
@@ -1172,9 +1172,6 @@ pub extern "C" fn __tgt_target_kernel_replay(
 ) -> i32 {
     FAIL
 }
-
-// Bits of `abi` only the entry points use.
-const _: i32 = abi::ENTRY_LINK | abi::ENTRY_INDIRECT;
 
 // Every export of this file under version node `VERS1.0` (`exports.map` defines the node; rustc
 // links a cdylib with an unversioned script of its own). In this file, so that the directives
