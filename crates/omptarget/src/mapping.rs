@@ -262,12 +262,11 @@ impl Table {
             r.tgt = None;
         } else if self.usm && !f.close {
             if size > 0 {
-                messages::info_line(
-                    messages::info::MAPPING_CHANGED,
-                    &format!(
+                messages::info_line(messages::info::MAPPING_CHANGED, || {
+                    format!(
                         "Return HstPtrBegin {begin:#018x} Size={size} for unified shared memory"
-                    ),
-                );
+                    )
+                });
                 r.is_present = false;
                 r.is_host = true;
                 r.tgt = Some(begin as u64);
@@ -529,17 +528,16 @@ pub fn data_begin(
             bases[i] = (tgt as usize).wrapping_sub(a.begin.wrapping_sub(base));
         }
         if t != 0 && map::member_of(t).is_none() && !flags.implicit && !r.is_present && !r.is_host {
-            messages::info_line(
-                messages::info::EMPTY_MAPPING,
-                &format!(
+            messages::info_line(messages::info::EMPTY_MAPPING, || {
+                format!(
                     "variable {} does not have a valid device counterpart",
                     if a.name.is_empty() {
                         "unknown"
                     } else {
                         &a.name
                     }
-                ),
-            );
+                )
+            });
         }
         if let Some((host_ptr_addr, p)) = pointer
             && !r.is_host
@@ -588,23 +586,34 @@ pub fn data_end(
     let mut lists = Vec::new();
     // A failed pass stops there, its post-processing undone, as upstream's.
     data_end_pass(table, dev, args, from_mapper, expand, &mut lists)?;
-    let all: Vec<Post> = lists.into_iter().flatten().collect();
+    let all: Vec<Post> = if lists.len() == 1 {
+        lists.pop().expect("one")
+    } else {
+        lists.into_iter().flatten().collect()
+    };
     // Upstream counts the construct's references to an entry (its data-end thread count); the
-    // last one deletes it, and the info line gives that map entry's size.
+    // last one deletes it, and the info line gives that map entry's size. Few entries: a scan.
     let mut left: HashMap<usize, usize> = HashMap::new();
-    for p in &all {
-        *left.entry(p.0).or_default() += 1;
+    if all.len() > 16 {
+        for p in &all {
+            *left.entry(p.0).or_default() += 1;
+        }
     }
-    for (key, delete, from, size) in all {
-        let n = left.get_mut(&key).expect("counted");
-        *n -= 1;
+    for (i, &(key, delete, from, size)) in all.iter().enumerate() {
+        let last = if all.len() > 16 {
+            let n = left.get_mut(&key).expect("counted");
+            *n -= 1;
+            *n == 0
+        } else {
+            !all[i + 1..].iter().any(|p| p.0 == key)
+        };
         if from && let Some(e) = table.entries.get(&key) {
             for (&addr, s) in &e.shadows {
                 // SAFETY: a shadow pointer's host address is a pointer the program mapped.
                 unsafe { *(addr as *mut usize) = s.host_val };
             }
         }
-        if delete && *n == 0 {
+        if delete && last {
             table.remove_if_unused(dev, key, size);
         }
     }

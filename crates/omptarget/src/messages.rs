@@ -72,19 +72,21 @@ pub fn fatal(code: i32, text: &str) -> ! {
 }
 
 /// `omptarget device D info: ...` when `bits` are on.
-pub fn info_line(bits: u32, text: &str) {
+/// An info line, if `bits` are enabled (`text` is only made then: the constructs' fast path
+/// formats nothing).
+pub fn info_line(bits: u32, text: impl FnOnce() -> String) {
     if enabled(bits) {
         let d = DEVICE.with(Cell::get);
-        eprint(&format!("omptarget device {d} info: {text}"));
+        eprint(&format!("omptarget device {d} info: {}", text()));
     }
 }
 
 /// The plugin's info line (`"PluginInterface" device D info: ...`, quotes included, as
 /// upstream's plugins print it).
-pub fn plugin_info_line(bits: u32, text: &str) {
+pub fn plugin_info_line(bits: u32, text: impl FnOnce() -> String) {
     if enabled(bits) {
         let d = DEVICE.with(Cell::get);
-        eprint(&format!("\"PluginInterface\" device {d} info: {text}"));
+        eprint(&format!("\"PluginInterface\" device {d} info: {}", text()));
     }
 }
 
@@ -133,23 +135,21 @@ pub fn shown(name: &str) -> &str {
 }
 
 pub fn info_copy_to_device(hst: usize, tgt: u64, size: usize, name: &str) {
-    info_line(
-        info::DATA_TRANSFER,
-        &format!(
+    info_line(info::DATA_TRANSFER, || {
+        format!(
             "Copying data from host to device, HstPtr={hst:#018x}, TgtPtr={tgt:#018x}, Size={size}, Name={}",
             shown(name)
-        ),
-    );
+        )
+    });
 }
 
 pub fn info_copy_to_host(tgt: u64, hst: usize, size: usize, name: &str) {
-    info_line(
-        info::DATA_TRANSFER,
-        &format!(
+    info_line(info::DATA_TRANSFER, || {
+        format!(
             "Copying data from device to host, TgtPtr={tgt:#018x}, HstPtr={hst:#018x}, Size={size}, Name={}",
             shown(name)
-        ),
-    );
+        )
+    });
 }
 
 /// A reference count as upstream prints it.
@@ -162,9 +162,8 @@ pub fn count(c: u64) -> String {
 }
 
 pub fn info_mapping_created(e: &Entry) {
-    info_line(
-        info::MAPPING_CHANGED,
-        &format!(
+    info_line(info::MAPPING_CHANGED, || {
+        format!(
             "Creating new map entry with HstPtrBase={:#018x}, HstPtrBegin={:#018x}, TgtAllocBegin={:#018x}, TgtPtrBegin={:#018x}, Size={}, DynRefCount={}, HoldRefCount={}, Name={}",
             e.hst_base,
             e.hst_begin,
@@ -174,8 +173,8 @@ pub fn info_mapping_created(e: &Entry) {
             count(e.dyn_ref),
             count(e.hold_ref),
             shown(&e.name)
-        ),
-    );
+        )
+    });
 }
 
 /// `Mapping exists ...` for `hp` (`size` bytes) found in `e`; `action` (` (incremented)`, ...)
@@ -192,29 +191,27 @@ pub fn info_mapping_exists(
         return;
     }
     let (dyn_action, hold_action) = if hold { ("", action) } else { (action, "") };
-    info_line(
-        info::MAPPING_EXISTS,
-        &format!(
+    info_line(info::MAPPING_EXISTS, || {
+        format!(
             "Mapping exists{} with HstPtrBegin={hp:#018x}, TgtPtrBegin={tgt:#018x}, Size={size}, DynRefCount={}{dyn_action}, HoldRefCount={}{hold_action}{}",
             if implicit { " (implicit)" } else { "" },
             count(e.dyn_ref),
             count(e.hold_ref),
             name.map(|n| format!(", Name={}", shown(n)))
                 .unwrap_or_default()
-        ),
-    );
+        )
+    });
 }
 
 pub fn info_mapping_removed(e: &Entry, size: usize) {
-    info_line(
-        info::MAPPING_CHANGED,
-        &format!(
+    info_line(info::MAPPING_CHANGED, || {
+        format!(
             "Removing map entry with HstPtrBegin={:#018x}, TgtPtrBegin={:#018x}, Size={size}, Name={}",
             e.hst_begin,
             e.tgt_begin,
             shown(&e.name)
-        ),
-    );
+        )
+    });
 }
 
 /// Where a source location (`ident_t`'s `";file;function;line;col;;"`) points: the file's

@@ -482,10 +482,9 @@ impl Rtl {
             .clone();
         let (kernel, name) = (*kernel, name.clone());
         drop(st);
-        messages::plugin_info_line(
-            messages::info::PLUGIN_KERNEL,
-            &format!("Launching kernel {name} with 1 blocks and 1 threads in Generic mode"),
-        );
+        messages::plugin_info_line(messages::info::PLUGIN_KERNEL, || {
+            format!("Launching kernel {name} with 1 blocks and 1 threads in Generic mode")
+        });
         let mut a = Vec::with_capacity(args.len() + 1);
         // `~0`: no launch environment (a host kernel never reads it).
         a.push(KernelArg::Word(u64::MAX));

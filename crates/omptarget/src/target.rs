@@ -50,14 +50,15 @@ pub fn policy(rtl: &Rtl) -> Policy {
     })
 }
 
-/// `omp_get_default_device()` of libomp (0 without libomp).
+/// `omp_get_default_device()` of libomp (0 without libomp). The function is looked up once.
 fn default_device() -> i64 {
-    let f = libomp_symbol(c"omp_get_default_device");
-    if f.is_null() {
+    static F: OnceLock<usize> = OnceLock::new();
+    let f = *F.get_or_init(|| libomp_symbol(c"omp_get_default_device") as usize);
+    if f == 0 {
         return 0;
     }
     // SAFETY: libomp's `int omp_get_default_device(void)`.
-    i64::from(unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i32>(f)() })
+    i64::from(unsafe { std::mem::transmute::<usize, extern "C" fn() -> i32>(f)() })
 }
 
 /// The `";file;func;line;col;;"` string of a source location.
@@ -81,13 +82,12 @@ fn info_arguments(region: &str, loc: *const Ident, args: &[MapArg]) {
     }
     let (file, line, col) = messages::location_parts(psource(loc).as_deref());
     let all = u32::MAX;
-    messages::info_line(
-        all,
-        &format!(
+    messages::info_line(all, || {
+        format!(
             "{region} at {file}:{line}:{col} with {} arguments:",
             args.len()
-        ),
-    );
+        )
+    });
     for a in args {
         let t = a.ty;
         let kind = if t & map::TO != 0 && t & map::FROM != 0 {
@@ -110,14 +110,13 @@ fn info_arguments(region: &str, loc: *const Ident, args: &[MapArg]) {
         } else {
             ""
         };
-        messages::info_line(
-            all,
-            &format!(
+        messages::info_line(all, || {
+            format!(
                 "{kind}({})[{}] {implicit}",
                 messages::shown(&a.name),
                 a.size
-            ),
-        );
+            )
+        });
     }
 }
 
