@@ -81,26 +81,32 @@ if [ "$listed" -ne "$ran" ]; then
   fail=1
 fi
 
-# LLVM 19's own OpenMP offload suite against our libomptarget (docs/openmp.md): a score below the
-# floor fails the run (Debian's library passes 133 of 137 here, ours 126 at the last
+# LLVM 19's own OpenMP offload suite against our libomptarget (docs/openmp.md), built as it is
+# (AOT) and with -fopenmp-target-jit: a score below the floor fails the run (Debian's library
+# passes 133 of 137 AOT and no JIT-mode test with a target region; ours 132 and 132 at the last
 # measurement); a suite that cannot be fetched is reported, not failed.
-step "LLVM 19 offload/test (x86_64) against target/debug/libomptarget.so.19.1"
-omp_floor=${OMP_CONFORMANCE_FLOOR:-120}
-omp_log=$(mktemp)
-scripts/omp-conformance.sh --lib target/debug >"$omp_log" 2>&1
-omp_rc=$?
-tail -n 3 "$omp_log"
-omp_line=$(grep '^omp-conformance: [0-9]' "$omp_log" | tail -n 1)
-omp_passed=$(sed -nE 's/^omp-conformance: ([0-9]+) passed.*/\1/p' <<<"$omp_line")
-if [ -z "$omp_passed" ]; then
-  omp_state="not run (scripts/omp-conformance.sh exit $omp_rc; see its output above)"
-elif [ "$omp_passed" -lt "$omp_floor" ]; then
-  omp_state="${omp_line#omp-conformance: }: below the floor of $omp_floor"
-  fail=1
-else
-  omp_state="${omp_line#omp-conformance: }"
-fi
-rm -f "$omp_log"
+omp_floor=${OMP_CONFORMANCE_FLOOR:-130}
+omp_states=()
+for omp_mode in aot jit; do
+  step "LLVM 19 offload/test (x86_64, $omp_mode) against target/debug/libomptarget.so.19.1"
+  omp_log=$(mktemp)
+  omp_args=(--lib target/debug)
+  [ "$omp_mode" = jit ] && omp_args+=(--jit)
+  scripts/omp-conformance.sh "${omp_args[@]}" >"$omp_log" 2>&1
+  omp_rc=$?
+  tail -n 3 "$omp_log"
+  omp_line=$(grep '^omp-conformance: [0-9]' "$omp_log" | tail -n 1)
+  omp_passed=$(sed -nE 's/^omp-conformance: ([0-9]+) passed.*/\1/p' <<<"$omp_line")
+  if [ -z "$omp_passed" ]; then
+    omp_states+=("$omp_mode: not run (scripts/omp-conformance.sh exit $omp_rc; see its output above)")
+  elif [ "$omp_passed" -lt "$omp_floor" ]; then
+    omp_states+=("${omp_line#omp-conformance: }: below the floor of $omp_floor")
+    fail=1
+  else
+    omp_states+=("${omp_line#omp-conformance: }")
+  fi
+  rm -f "$omp_log"
+done
 
 step "per-plugin summary"
 printf '%-12s %6s %6s %6s   %s\n' plugin passed failed skipped "what ran"
@@ -129,7 +135,8 @@ echo " one compile per key among 4 processes x 4 threads, the size cap, untruste
 echo " amdgcn builds of include/offload_kernel.h are checked in"
 echo " the host group: kernel_header)"
 echo "openmp: the drop-in libomptarget.so.19.1 on the host plugin: OpenMP programs built by clang-19, mutated"
-echo "      descriptors and images; LLVM 19's offload/test: $omp_state"
+echo "      descriptors and images, JIT mode from the disk cache; LLVM 19's offload/test:"
+for st in "${omp_states[@]}"; do echo "        $st"; done
 [ "$fail" -ne 0 ] && echo "fmt, clippy, the group coverage check or the OpenMP suite's floor failed (see above)"
 echo
 echo "offload tests: $total_passed passed, $total_failed failed, $total_skipped skipped"
