@@ -170,6 +170,126 @@ fn jit_mode_programs_compile_once_and_a_second_process_reads_the_disk_cache() {
     );
 }
 
+/// Target regions from 8 threads at once: each thread's own data and data regions, a shared
+/// array kept mapped by the main thread (`present`), and a `declare target` counter updated
+/// atomically from every thread.
+#[test]
+fn target_regions_from_several_threads_at_once() {
+    let lib = library_dir();
+    let program = build("threads", &lib, &["-lpthread"], "ours");
+    for _ in 0..3 {
+        let out = run(&program, &[]);
+        assert!(passed(&out, "threads").contains("hits 1600"));
+    }
+}
+
+/// Several translation units and several images: the program (two translation units, each
+/// with target regions and globals) offloads in a loop while another thread opens and closes
+/// a shared library with its own image 40 times, so that registrations and unregistrations
+/// (run by the dynamic loader, under its lock) meet constructs that load images (a dlopen).
+/// Upstream's library deadlocks here (measured: its registration waits for its lock under the
+/// loader's lock while the offloading thread holds it and waits for the loader's).
+#[test]
+fn a_library_comes_and_goes_while_another_thread_offloads() {
+    let lib = library_dir();
+    let dir = scratch("omptarget");
+    let omp = repo_root().join("tests/omp");
+    let so = dir.join("liblib_region.so");
+    let l = format!("-L{}", lib.display());
+    let rpath = format!("-Wl,-rpath,{}", lib.display());
+    let common = [
+        "-fopenmp",
+        "-fopenmp-targets=x86_64-pc-linux-gnu",
+        "-O1",
+        l.as_str(),
+        rpath.as_str(),
+    ];
+    let mut args: Vec<&str> = common.to_vec();
+    let src = omp.join("lib_region.c");
+    args.extend([
+        "-fPIC",
+        "-shared",
+        src.to_str().unwrap(),
+        "-o",
+        so.to_str().unwrap(),
+    ]);
+    clang(&args);
+    let program = dir.join("images");
+    let (a, b) = (omp.join("images.c"), omp.join("images_b.c"));
+    let mut args: Vec<&str> = common.to_vec();
+    args.extend([
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "-o",
+        program.to_str().unwrap(),
+        "-ldl",
+        "-lpthread",
+    ]);
+    clang(&args);
+    for _ in 0..5 {
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg(&program)
+            .arg(&so)
+            .env_remove("OMP_TARGET_OFFLOAD")
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(124), "deadlocked: {}", stdout(&out));
+        passed(&out, "images");
+    }
+}
+
+/// OMPT: a tool in the program registers the device-side callbacks with libomp; this library
+/// finds that libomp and reports device initialisation, the image load, and each construct
+/// with its data operations and submission, under one target id per construct.
+#[test]
+fn an_ompt_tool_hears_of_devices_constructs_and_data_operations() {
+    let lib = library_dir();
+    let program = build("ompt_tool", &lib, &[], "ours");
+    let out = run(&program, &[]);
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "{text}
+{}",
+        stderr(&out)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..2], ["init 0 host", "load 0 bytes"], "{text}");
+    // Each construct: BEGIN, its operations and submissions (same id), END.
+    let mut shapes = Vec::new();
+    let mut i = 2;
+    while i < lines.len() && lines[i].starts_with("target ") {
+        let w: Vec<&str> = lines[i].split_whitespace().collect();
+        assert_eq!((w[3], w[4], w[5]), ("BEGIN", "0", "code"), "{text}");
+        let (id, kind) = (w[1], w[2]);
+        let mut shape = vec![format!("kind {kind}")];
+        i += 1;
+        while !lines[i].starts_with("target ") {
+            let w: Vec<&str> = lines[i].split_whitespace().collect();
+            assert_eq!(w[1], id, "{text}");
+            shape.push(match w[0] {
+                "op" => format!("op {} {}", w[2], w[3]),
+                _ => format!("submit {}", w[2]),
+            });
+            i += 1;
+        }
+        assert_eq!(lines[i], format!("target {id} {kind} END 0 code"), "{text}");
+        shapes.push(shape.join(", "));
+        i += 1;
+    }
+    assert_eq!(
+        shapes,
+        [
+            "kind 1, op 1 256, op 2 256, submit 2, op 3 256, op 4 0",
+            "kind 2, op 1 256, op 2 256",
+            "kind 3, op 3 256, op 4 0",
+        ],
+        "{text}"
+    );
+    assert_eq!(lines[i..], ["result 126"], "{text}");
+}
+
 #[test]
 fn a_program_built_against_debians_library_runs_on_ours() {
     let debian = PathBuf::from("/usr/lib/llvm-19/lib");

@@ -117,7 +117,7 @@ fn alloc(size: usize, dev: c_int, what: &str) -> *mut c_void {
         // SAFETY: plain malloc for the host device, as upstream.
         Ok(None) => unsafe { libc::malloc(size) },
         Ok(Some(d)) => d
-            .alloc(size as u64)
+            .alloc(size as u64, 0)
             .map_or(std::ptr::null_mut(), |p| p as *mut c_void),
         Err(()) => std::ptr::null_mut(),
     }

@@ -21,6 +21,7 @@ mod abi;
 mod api;
 mod mapping;
 mod messages;
+mod ompt;
 mod pool;
 mod rtl;
 mod target;

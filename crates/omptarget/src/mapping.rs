@@ -15,8 +15,8 @@ pub const INF: u64 = u64::MAX;
 
 /// What the mapping needs of a device.
 pub trait DeviceMemory {
-    /// `size` bytes of device memory (`size > 0`).
-    fn alloc(&self, size: u64) -> Option<u64>;
+    /// `size` bytes of device memory (`size > 0`) for the host memory at `host` (0: none).
+    fn alloc(&self, size: u64, host: usize) -> Option<u64>;
     /// Frees what [`DeviceMemory::alloc`] gave.
     fn free(&self, ptr: u64);
     /// Copies `size` bytes from host address `src` to device address `dst`.
@@ -280,7 +280,7 @@ impl Table {
             ));
             r.tgt = None;
         } else if size > 0 {
-            match dev.alloc((padding + size) as u64) {
+            match dev.alloc((padding + size) as u64, begin) {
                 Some(alloc) => {
                     let tgt = alloc + padding as u64;
                     let (dyn_ref, hold_ref) = if f.hold { (0, 1) } else { (1, 0) };
@@ -747,7 +747,7 @@ mod tests {
     }
 
     impl DeviceMemory for Model {
-        fn alloc(&self, size: u64) -> Option<u64> {
+        fn alloc(&self, size: u64, _host: usize) -> Option<u64> {
             let v = vec![0u8; size as usize];
             let p = v.as_ptr() as u64;
             self.live.borrow_mut().insert(p, v);

@@ -9,6 +9,7 @@
 use crate::abi::{self, BinDesc, OffloadEntry};
 use crate::mapping::{self, DeviceMemory, Table};
 use crate::messages;
+use crate::ompt;
 use crate::pool;
 use offload::{Device, KernelArg, LaunchDims, MemoryKind, Program, Runtime};
 use std::collections::HashMap;
@@ -60,6 +61,8 @@ pub struct DeviceState {
     pub loaded: HashMap<(usize, usize), Arc<Program>>,
     /// Kernels by region id (host address of the entry): (descriptor, image index, name).
     pub kernels: HashMap<usize, ((usize, usize), offload::Kernel, String)>,
+    /// The host addresses of the globals each descriptor's images mapped here.
+    pub globals: HashMap<usize, Vec<usize>>,
 }
 
 /// One OpenMP device.
@@ -68,6 +71,8 @@ pub struct OmpDevice {
     pub id: usize,
     pub device: Device,
     pub state: Mutex<DeviceState>,
+    /// Held while the device loads registered images ([`Rtl::init_device`]).
+    pub init: Mutex<()>,
     /// What mappings free waits here for the next mapping (upstream's memory manager).
     pub pool: pool::Pool,
 }
@@ -86,14 +91,32 @@ impl pool::Backing for Device {
 
 impl Drop for OmpDevice {
     fn drop(&mut self) {
+        if lock(&self.state).initialised.is_some() {
+            ompt::device_finalize(self.id);
+        }
         self.pool.release(&self.device);
     }
 }
 
+impl OmpDevice {
+    /// The host's device number (`omp_get_initial_device`), for OMPT.
+    fn host_number(&self) -> i64 {
+        ompt::host_device()
+    }
+}
+
 impl DeviceMemory for OmpDevice {
-    fn alloc(&self, size: u64) -> Option<u64> {
+    fn alloc(&self, size: u64, host: usize) -> Option<u64> {
         match self.pool.alloc(&self.device, size) {
-            Ok(p) => Some(p),
+            Ok(p) => {
+                ompt::data_op(
+                    ompt::DataOp::Alloc,
+                    (host, self.host_number()),
+                    (p as usize, self.id as i64),
+                    size,
+                );
+                Some(p)
+            }
             Err(e) => {
                 messages::error(&format!(
                     "allocating {size} bytes on device {} failed: {e}",
@@ -104,9 +127,21 @@ impl DeviceMemory for OmpDevice {
         }
     }
     fn free(&self, ptr: u64) {
+        ompt::data_op(
+            ompt::DataOp::Delete,
+            (ptr as usize, self.id as i64),
+            (0, -1),
+            0,
+        );
         self.pool.free(&self.device, ptr);
     }
     fn submit(&self, dst: u64, src: usize, size: u64) -> bool {
+        ompt::data_op(
+            ompt::DataOp::ToDevice,
+            (src, self.host_number()),
+            (dst as usize, self.id as i64),
+            size,
+        );
         // SAFETY: the program hands over `size` readable bytes at `src` (the OpenMP contract).
         let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, size as usize) };
         match self.device.raw().write(offload::DevicePtr(dst), bytes) {
@@ -121,6 +156,12 @@ impl DeviceMemory for OmpDevice {
         }
     }
     fn retrieve(&self, dst: usize, src: u64, size: u64) -> bool {
+        ompt::data_op(
+            ompt::DataOp::FromDevice,
+            (src as usize, self.id as i64),
+            (dst, self.host_number()),
+            size,
+        );
         // SAFETY: as above, `size` writable bytes at `dst`.
         let bytes = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
         match self.device.raw().read(bytes, offload::DevicePtr(src)) {
@@ -204,11 +245,13 @@ fn make_rtl() -> Rtl {
                     id: devices.len(),
                     device: device.clone(),
                     state: Mutex::default(),
+                    init: Mutex::default(),
                     pool: pools.like(),
                 }));
             }
         }
     }
+    ompt::set_host_device(devices.len());
     Rtl {
         runtime,
         devices,
@@ -220,9 +263,14 @@ fn make_rtl() -> Rtl {
 
 /// Counts one more user of the runtime (making it on the first).
 pub fn init() -> Arc<Rtl> {
-    let mut g = lock(&GLOBAL);
-    g.refs += 1;
-    g.rtl.get_or_insert_with(|| Arc::new(make_rtl())).clone()
+    let rtl = {
+        let mut g = lock(&GLOBAL);
+        g.refs += 1;
+        g.rtl.get_or_insert_with(|| Arc::new(make_rtl())).clone()
+    };
+    // Outside the lock: libomp asks this library for its devices while it connects.
+    ompt::connect();
+    rtl
 }
 
 /// Counts one user fewer; the last one drops the runtime's devices and images.
@@ -341,6 +389,10 @@ impl Rtl {
             let mut st = lock(&d.state);
             st.loaded.retain(|(lib, _), _| *lib != key);
             st.kernels.retain(|_, ((lib, _), _, _)| *lib != key);
+            // Its globals' mappings go with it: the library may come back at the same address.
+            for addr in st.globals.remove(&key).unwrap_or_default() {
+                st.table.entries.remove(&addr);
+            }
         }
     }
 
@@ -377,19 +429,31 @@ impl Rtl {
         let generation = self
             .registrations
             .load(std::sync::atomic::Ordering::Acquire);
-        let mut st = lock(&dev.state);
-        if st.initialised == Some(generation) {
+        if lock(&dev.state).initialised == Some(generation) {
             return Ok(());
         }
+        // One initialisation of a device at a time. The state lock is not held while an image
+        // loads: loading is a dlopen, which waits for the dynamic loader's lock, and a library
+        // being opened or closed on another thread holds that lock while it registers or
+        // unregisters here (which takes the state lock): holding both would deadlock, as
+        // upstream's library does (tests/omp/images.c).
+        let _one = lock(&dev.init);
         let libs: Vec<(usize, Vec<Arc<Image>>)> = lock(&self.libraries)
             .iter()
             .map(|l| (l.desc, l.images.clone()))
             .collect();
         let usm = self.usm();
-        st.table.usm = usm;
+        {
+            let mut st = lock(&dev.state);
+            st.table.usm = usm;
+            if st.initialised.is_none() {
+                let kind = std::ffi::CString::new(dev.device.plugin_name()).unwrap_or_default();
+                ompt::device_initialize(dev.id, &kind);
+            }
+        }
         for (lib, images) in libs {
             for (i, img) in images.iter().enumerate() {
-                if st.loaded.contains_key(&(lib, i)) {
+                if lock(&dev.state).loaded.contains_key(&(lib, i)) {
                     continue;
                 }
                 if dev.device.raw().check_image(&img.bytes).is_err() {
@@ -399,6 +463,10 @@ impl Rtl {
                     .device
                     .load(&img.bytes)
                     .map_err(|e| format!("loading image {i} on device {}: {e}", dev.id))?;
+                ompt::device_load(dev.id, &img.bytes, program.handle().0);
+                // The device side of every entry, found without the state lock.
+                let mut globals = Vec::new();
+                let mut kernels = Vec::new();
                 for e in img.entries.iter() {
                     if e.size != 0 {
                         let g =
@@ -408,52 +476,72 @@ impl Rtl {
                                 .map_err(|err| {
                                     format!("global '{}' on device {}: {err}", e.name, dev.id)
                                 })?;
-                        if st.table.translate(e.addr).is_none() {
-                            let mut tgt = g.ptr.0;
-                            if e.flags & abi::ENTRY_INDIRECT != 0 {
-                                // `declare target indirect`: the host function maps to the
-                                // device function the named device variable points to.
-                                let mut word = [0u8; 8];
-                                messages::info_copy_to_host(g.ptr.0, word.as_ptr() as usize, 8, "");
-                                if !dev.retrieve(word.as_mut_ptr() as usize, g.ptr.0, 8) {
-                                    return Err(format!(
-                                        "reading indirect function pointer '{}' on device {}",
-                                        e.name, dev.id
-                                    ));
-                                }
-                                tgt = u64::from_le_bytes(word);
-                            } else if usm {
-                                // The device's reference pointer gets the host address.
-                                let _ = dev.submit(g.ptr.0, e.addr, e.size as u64);
+                        let mut tgt = g.ptr.0;
+                        if e.flags & abi::ENTRY_INDIRECT != 0 {
+                            // `declare target indirect`: the host function maps to the device
+                            // function the named device variable points to.
+                            let mut word = [0u8; 8];
+                            messages::info_copy_to_host(g.ptr.0, word.as_ptr() as usize, 8, "");
+                            if !dev.retrieve(word.as_mut_ptr() as usize, g.ptr.0, 8) {
+                                return Err(format!(
+                                    "reading indirect function pointer '{}' on device {}",
+                                    e.name, dev.id
+                                ));
                             }
-                            st.table.entries.insert(
-                                e.addr,
-                                mapping::Entry {
-                                    hst_base: e.addr,
-                                    hst_begin: e.addr,
-                                    hst_end: e.addr + e.size,
-                                    tgt_alloc: tgt,
-                                    tgt_begin: tgt,
-                                    dyn_ref: mapping::INF,
-                                    hold_ref: 0,
-                                    name: e.name.clone(),
-                                    decl: messages::var_decl(&e.name),
-                                    shadows: Default::default(),
-                                    owned: false,
-                                },
-                            );
+                            tgt = u64::from_le_bytes(word);
                         }
+                        globals.push((e, g.ptr.0, tgt));
                     } else if e.addr != 0 {
                         let k = program.kernel(&e.name).map_err(|err| {
                             format!("kernel '{}' on device {}: {err}", e.name, dev.id)
                         })?;
-                        st.kernels.insert(e.addr, ((lib, i), k, e.name.clone()));
+                        kernels.push((e.addr, k, e.name.clone()));
                     }
                 }
-                st.loaded.insert((lib, i), Arc::new(program));
+                let program = Arc::new(program);
+                let mut st = lock(&dev.state);
+                if !lock(&self.libraries).iter().any(|l| l.desc == lib) {
+                    // Unregistered meanwhile: the program goes (outside the lock).
+                    drop(st);
+                    drop(program);
+                    continue;
+                }
+                let mut keys = Vec::new();
+                for (e, global, tgt) in globals {
+                    if st.table.translate(e.addr).is_some() {
+                        continue;
+                    }
+                    if usm && e.flags & abi::ENTRY_INDIRECT == 0 {
+                        // The device's reference pointer gets the host address. Under the
+                        // state lock: the library (and its globals) cannot be unloaded now.
+                        let _ = dev.submit(global, e.addr, e.size as u64);
+                    }
+                    st.table.entries.insert(
+                        e.addr,
+                        mapping::Entry {
+                            hst_base: e.addr,
+                            hst_begin: e.addr,
+                            hst_end: e.addr + e.size,
+                            tgt_alloc: tgt,
+                            tgt_begin: tgt,
+                            dyn_ref: mapping::INF,
+                            hold_ref: 0,
+                            name: e.name.clone(),
+                            decl: messages::var_decl(&e.name),
+                            shadows: Default::default(),
+                            owned: false,
+                        },
+                    );
+                    keys.push(e.addr);
+                }
+                for (addr, k, name) in kernels {
+                    st.kernels.insert(addr, ((lib, i), k, name));
+                }
+                st.globals.entry(lib).or_default().extend(keys);
+                st.loaded.insert((lib, i), program);
             }
         }
-        st.initialised = Some(generation);
+        lock(&dev.state).initialised = Some(generation);
         Ok(())
     }
 

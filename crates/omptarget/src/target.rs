@@ -5,6 +5,7 @@
 use crate::abi::{BinDesc, FAIL, Ident, KernelArgs, NonContig, SUCCESS, map};
 use crate::mapping::{self, MapArg};
 use crate::messages;
+use crate::ompt;
 use crate::rtl::{self, OmpDevice, Rtl, lock};
 use offload::KernelArg;
 use std::ffi::{CStr, c_void};
@@ -474,6 +475,15 @@ unsafe fn data_construct(
         loc,
         &args,
     );
+    let begun = ompt::target_begin(
+        match op {
+            DataOp::Begin => ompt::Kind::EnterData,
+            DataOp::End => ompt::Kind::ExitData,
+            DataOp::Update => ompt::Kind::Update,
+        },
+        d.id as i64,
+        loc as usize,
+    );
     let ok = {
         let mut st = lock(&d.state);
         match op {
@@ -497,6 +507,7 @@ unsafe fn data_construct(
             DataOp::Update => update(&mut st.table, &d, &args).is_ok(),
         }
     };
+    ompt::target_end(begun);
     // A failure is reported by what failed (upstream adds nothing here) and dumps the tables
     // in `outcome`.
     if ok && messages::enabled(messages::info::DUMP_TABLE) {
@@ -695,7 +706,7 @@ data_entry_legacy_nowait!(__tgt_target_data_update_nowait, DataOp::Update);
 fn run_region(
     rtl: &Rtl,
     d: &OmpDevice,
-    host_ptr: usize,
+    (host_ptr, num_teams): (usize, u32),
     args: &[MapArg],
     bases: &mut [usize],
 ) -> Result<(), ()> {
@@ -735,7 +746,7 @@ fn run_region(
                     0
                 } else {
                     use mapping::DeviceMemory;
-                    match d.alloc(size as u64) {
+                    match d.alloc(size as u64, a.begin) {
                         Some(p) => {
                             privates.push(p);
                             if a.ty & map::TO != 0 {
@@ -805,6 +816,7 @@ fn run_region(
     let launched = if failed {
         Err("a private argument could not be allocated or copied".to_string())
     } else {
+        ompt::submit(num_teams);
         rtl.launch(d, host_ptr, &values)
     };
     {
@@ -861,8 +873,17 @@ pub unsafe extern "C" fn __tgt_target_kernel(
         )
     };
     info_arguments("Entering OpenMP kernel", loc, &margs);
+    let begun = ompt::target_begin(ompt::Kind::Target, d.id as i64, host_ptr as usize);
     let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
-    let ok = run_region(&rtl, &d, host_ptr as usize, &margs, &mut bases).is_ok();
+    let ok = run_region(
+        &rtl,
+        &d,
+        (host_ptr as usize, ka.num_teams[0]),
+        &margs,
+        &mut bases,
+    )
+    .is_ok();
+    ompt::target_end(begun);
     if ok && messages::enabled(messages::info::DUMP_TABLE) {
         dump_tables(&rtl, loc);
     }
