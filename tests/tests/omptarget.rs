@@ -290,6 +290,54 @@ fn an_ompt_tool_hears_of_devices_constructs_and_data_operations() {
     assert_eq!(lines[i..], ["result 126"], "{text}");
 }
 
+/// The runtime's diagnostics work for OpenMP programs: `OFFLOAD_PROFILE` traces registration,
+/// the image load, map entries, copies and target regions; `OFFLOAD_INFO` adds the runtime's
+/// lines; `LIBOMPTARGET_INFO` gives upstream's lines only (programs compare them line by line).
+#[test]
+fn offload_diagnostics_trace_openmp_programs() {
+    let lib = library_dir();
+    let program = build("smoke", &lib, &[], "ours");
+    let profile = scratch("omptarget").join("profile.json");
+    let out = run(&program, &[("OFFLOAD_PROFILE", profile.to_str().unwrap())]);
+    passed(&out, "smoke with a profile");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    let names: Vec<String> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str().map(String::from))
+        .collect();
+    for want in [
+        "OpenMP descriptor",
+        "image load",
+        "OpenMP map entry:",
+        "omp copy to device",
+        "omp copy to host",
+        "target region",
+        "target data",
+        "kernel launch",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(want)),
+            "no {want} in {names:?}"
+        );
+    }
+    let out = run(&program, &[("LIBOMPTARGET_INFO", "-1")]);
+    let said = stderr(&out);
+    assert!(
+        said.contains("omptarget device 0 info: Entering OpenMP kernel"),
+        "{said}"
+    );
+    assert!(!said.contains("offload: info:"), "{said}");
+    let out = run(&program, &[("OFFLOAD_INFO", "memory")]);
+    let said = stderr(&out);
+    assert!(
+        said.contains("offload: info: memory: OpenMP map entry: host 0x"),
+        "{said}"
+    );
+}
+
 #[test]
 fn a_program_built_against_debians_library_runs_on_ours() {
     let debian = PathBuf::from("/usr/lib/llvm-19/lib");

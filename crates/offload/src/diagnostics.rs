@@ -155,12 +155,22 @@ static PROFILE: Mutex<Option<Profile>> = Mutex::new(None);
 /// Installs the diagnostics the environment asks for (once per process; later calls return
 /// the first outcome). `profile` (from `--profile`) overrides `OFFLOAD_PROFILE`.
 pub fn init(profile: Option<PathBuf>) -> Result<()> {
+    init_with(|| {
+        let mut s = Settings::from_env()?;
+        if let Some(p) = profile {
+            s.profile = Some(profile_path(&p, &format!("--profile '{}'", p.display()))?);
+        }
+        Ok(s)
+    })
+}
+
+/// Installs the diagnostics `settings` gives, if none are installed yet (once per process;
+/// later calls, and [`init`]'s, return the first outcome). For a front end with rules of its
+/// own: the drop-in libomptarget leaves `LIBOMPTARGET_INFO` to upstream's info lines.
+pub fn init_with(settings: impl FnOnce() -> Result<Settings>) -> Result<()> {
     INSTALLED
         .get_or_init(|| {
-            let mut s = Settings::from_env()?;
-            if let Some(p) = profile {
-                s.profile = Some(profile_path(&p, &format!("--profile '{}'", p.display()))?);
-            }
+            let s = settings()?;
             if s.any() {
                 diag::epoch();
                 if let Some(path) = &s.profile {

@@ -298,6 +298,9 @@ impl Table {
                         owned: true,
                     };
                     messages::info_mapping_created(&e);
+                    tracing::info!(target: "offload::memory",
+                        "OpenMP map entry: host {:#x}..{:#x} ({size} bytes, {}) -> device {tgt:#x}",
+                        begin, begin + size, messages::shown(name));
                     self.entries.insert(begin, e);
                     r.is_new = true;
                     r.tgt = Some(tgt);
@@ -381,6 +384,9 @@ impl Table {
         }
         let e = self.entries.remove(&key).expect("present");
         messages::info_mapping_removed(&e, size);
+        tracing::info!(target: "offload::memory",
+            "OpenMP map entry removed: host {:#x}..{:#x} ({})",
+            e.hst_begin, e.hst_end, messages::shown(&e.name));
         if e.owned {
             dev.free(e.tgt_alloc);
         }

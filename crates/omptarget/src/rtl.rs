@@ -136,6 +136,9 @@ impl DeviceMemory for OmpDevice {
         self.pool.free(&self.device, ptr);
     }
     fn submit(&self, dst: u64, src: usize, size: u64) -> bool {
+        let _span = tracing::info_span!(target: "offload::copy", "omp copy to device",
+            bytes = size, "OpenMP device {}: {size} bytes host {src:#x} -> device {dst:#x}", self.id)
+        .entered();
         ompt::data_op(
             ompt::DataOp::ToDevice,
             (src, self.host_number()),
@@ -156,6 +159,9 @@ impl DeviceMemory for OmpDevice {
         }
     }
     fn retrieve(&self, dst: usize, src: u64, size: u64) -> bool {
+        let _span = tracing::info_span!(target: "offload::copy", "omp copy to host",
+            bytes = size, "OpenMP device {}: {size} bytes device {src:#x} -> host {dst:#x}", self.id)
+        .entered();
         ompt::data_op(
             ompt::DataOp::FromDevice,
             (src as usize, self.id as i64),
@@ -214,6 +220,16 @@ fn host_devices() -> usize {
 
 fn make_rtl() -> Rtl {
     messages::init_from_env();
+    // The runtime's own info lines only for OFFLOAD_INFO: LIBOMPTARGET_INFO asks for upstream's
+    // lines (messages.rs), which programs and tests compare line by line. A bad value was
+    // reported by `init_from_env`.
+    let _ = offload::diagnostics::init_with(|| {
+        let mut s = offload::diagnostics::Settings::from_env()?;
+        if std::env::var_os("OFFLOAD_INFO").is_none() {
+            s.info = 0;
+        }
+        Ok(s)
+    });
     // The runtime's rule, anchored at this library instead of the executable. A bad
     // OFFLOAD_PLUGIN_PATH is reported (a C library has no caller to return it to) and left out.
     let mut dirs = offload::plugin_path_entries().unwrap_or_else(|e| {
@@ -372,6 +388,11 @@ impl Rtl {
                 entries: entries.into(),
             }));
         }
+        tracing::info!(target: "offload::image",
+            "OpenMP descriptor {:#x} registered: {} image(s), {} entries, {} bytes",
+            desc as usize, images.len(),
+            images.first().map_or(0, |i| i.entries.len()),
+            images.iter().map(|i| i.bytes.len()).sum::<usize>());
         lock(&self.libraries).push(Library {
             desc: desc as usize,
             images,
@@ -384,6 +405,7 @@ impl Rtl {
     /// `__tgt_unregister_lib`: unloads the descriptor's images from every device.
     pub fn unregister(&self, desc: *const BinDesc) {
         let key = desc as usize;
+        tracing::info!(target: "offload::image", "OpenMP descriptor {key:#x} unregistered");
         lock(&self.libraries).retain(|l| l.desc != key);
         for d in &self.devices {
             let mut st = lock(&d.state);

@@ -475,6 +475,9 @@ unsafe fn data_construct(
         loc,
         &args,
     );
+    let _span = tracing::info_span!(target: "offload::memory", "target data",
+        "OpenMP target data {op:?} on device {}, {} map entries", d.id, args.len())
+    .entered();
     let begun = ompt::target_begin(
         match op {
             DataOp::Begin => ompt::Kind::EnterData,
@@ -873,6 +876,10 @@ pub unsafe extern "C" fn __tgt_target_kernel(
         )
     };
     info_arguments("Entering OpenMP kernel", loc, &margs);
+    let _span = tracing::info_span!(target: "offload::launch", "target region",
+        "OpenMP target region {:#x} on device {}, {} map entries", host_ptr as usize, d.id,
+        margs.len())
+    .entered();
     let begun = ompt::target_begin(ompt::Kind::Target, d.id as i64, host_ptr as usize);
     let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
     let ok = run_region(
