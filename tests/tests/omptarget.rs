@@ -338,6 +338,48 @@ fn offload_diagnostics_trace_openmp_programs() {
     );
 }
 
+/// A device of another plugin (the test backend, ELF machine 0x7E57) follows the host's
+/// four; an x86-64 region sent there fails with upstream's message and the plugin's reason,
+/// and the offload policy decides what follows (mandatory: upstream's fatal error; disabled:
+/// the region runs on the host).
+#[test]
+fn a_device_that_cannot_run_the_image_says_why() {
+    let lib = library_dir();
+    let program = build("device_pick", &lib, &[], "ours");
+    let dir = testdev_plugin_dir();
+    let path = [("OFFLOAD_PLUGIN_PATH", dir.to_str().unwrap())];
+    let out = Command::new(&program)
+        .arg("4")
+        .envs(path)
+        .env_remove("OMP_TARGET_OFFLOAD")
+        .output()
+        .unwrap();
+    assert!(stdout(&out).contains("devices 6"), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("Device 4 (testdev:0) cannot run this program's image(s)")
+            && said.contains("EM_X86_64")
+            && said.contains(
+                "omptarget fatal error 1: failure of target construct while offloading is mandatory"
+            ),
+        "{said}"
+    );
+    // The host's devices still run it, and with offloading disabled it runs on the host.
+    let out = Command::new(&program).arg("2").envs(path).output().unwrap();
+    assert!(stdout(&out).contains("initial 0"), "{}", stderr(&out));
+    let out = Command::new(&program)
+        .arg("4")
+        .envs(path)
+        .env("OMP_TARGET_OFFLOAD", "DISABLED")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && stdout(&out).contains("initial 1"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn a_program_built_against_debians_library_runs_on_ours() {
     let debian = PathBuf::from("/usr/lib/llvm-19/lib");

@@ -12,10 +12,11 @@
 //! State of the work (see `docs/openmp.md`): registration, devices, the mapping algorithm
 //! (reference counts, hold counts, PTR_AND_OBJ attach with shadow pointers, MEMBER_OF padding,
 //! PRESENT, ALWAYS, DELETE, CLOSE, RETURN_PARAM, literal/private/firstprivate arguments,
-//! mappers, non-contiguous updates, unified shared memory), target regions on the host plugin,
-//! the `omp_target_*` API (synchronous), the policy and upstream's messages. Not yet: OMPT,
-//! record-replay and interop (upstream's failure codes), asynchronous (`nowait`) work, which
-//! runs synchronously, and kernels compiled by the JIT (`-fopenmp-target-jit`).
+//! mappers, non-contiguous updates, unified shared memory), target regions on the host plugin
+//! from AOT images and from bitcode (`-fopenmp-target-jit`, compiled by the JIT worker), pooled
+//! device memory ([`pool`]), the `omp_target_*` API (synchronous), the policy, upstream's
+//! messages and info lines, OMPT's device-side callbacks ([`ompt`]). Not done: record-replay
+//! and interop (upstream's failure codes); `nowait` work runs synchronously.
 
 mod abi;
 mod api;

@@ -63,6 +63,8 @@ pub struct DeviceState {
     pub kernels: HashMap<usize, ((usize, usize), offload::Kernel, String)>,
     /// The host addresses of the globals each descriptor's images mapped here.
     pub globals: HashMap<usize, Vec<usize>>,
+    /// Why registered images were not loaded here (the plugin's refusal), by image.
+    pub refused: HashMap<(usize, usize), String>,
 }
 
 /// One OpenMP device.
@@ -411,6 +413,7 @@ impl Rtl {
             let mut st = lock(&d.state);
             st.loaded.retain(|(lib, _), _| *lib != key);
             st.kernels.retain(|_, ((lib, _), _, _)| *lib != key);
+            st.refused.retain(|(lib, _), _| *lib != key);
             // Its globals' mappings go with it: the library may come back at the same address.
             for addr in st.globals.remove(&key).unwrap_or_default() {
                 st.table.entries.remove(&addr);
@@ -478,7 +481,8 @@ impl Rtl {
                 if lock(&dev.state).loaded.contains_key(&(lib, i)) {
                     continue;
                 }
-                if dev.device.raw().check_image(&img.bytes).is_err() {
+                if let Err(e) = dev.device.raw().check_image(&img.bytes) {
+                    lock(&dev.state).refused.insert((lib, i), e.to_string());
                     continue;
                 }
                 let program = dev
@@ -567,11 +571,10 @@ impl Rtl {
         Ok(())
     }
 
-    /// Launches the kernel of region `host_ptr` on `dev` with `args` (pointer-sized values),
-    /// upstream's way: the launch environment first, then the arguments, called once (a 1x1
-    /// launch runs on the calling thread). A kernel with a known signature (JIT-compiled from
-    /// bitcode) has `ptr` parameters, which the layer will not take as `u64`: OpenMP's
-    /// convention needs its own launch kind in the plugin ABI (not done yet, docs/openmp.md).
+    /// Launches the kernel of region `host_ptr` on `dev` with `args` (words: pointer-sized
+    /// values), upstream's way: the launch environment first, then the arguments, called once
+    /// (a 1x1 launch runs on the calling thread). Words fit a JIT-compiled kernel's `ptr` and
+    /// `i64` parameters as well as an AOT kernel's unknown ones.
     pub fn launch(
         &self,
         dev: &OmpDevice,
@@ -580,9 +583,22 @@ impl Rtl {
     ) -> Result<(), String> {
         let st = lock(&dev.state);
         let Some((img, kernel, name)) = st.kernels.get(&host_ptr) else {
-            return Err(format!(
-                "Host ptr {host_ptr:#018x} does not have a matching target pointer."
-            ));
+            // Upstream's message; then, if this device refused the program's images (a GPU
+            // device for x86-64 images), why.
+            let mut why =
+                format!("Host ptr {host_ptr:#018x} does not have a matching target pointer.");
+            if !st.refused.is_empty() {
+                let mut refusals: Vec<_> = st.refused.values().cloned().collect();
+                refusals.sort();
+                refusals.dedup();
+                why.push_str(&format!(
+                    " Device {} ({}) cannot run this program's image(s): {}",
+                    dev.id,
+                    dev.device,
+                    refusals.join("; ")
+                ));
+            }
+            return Err(why);
         };
         // A clone: an unregistration on another thread cannot unload it under this launch.
         let program = st
