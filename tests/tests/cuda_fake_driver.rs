@@ -109,7 +109,7 @@ fn info_shows_each_device_with_its_sm_limits_and_memory() {
     }
     let text = stdout(&with_fake(&["info"], &log, &[]));
     assert!(
-        text.contains("cuda:0  Fake CUDA device 0  compute unit sm_90a  memory 80.0 GiB")
+        text.contains("cuda:0  Fake CUDA device 0 (gpu)  compute unit sm_90a  memory 80.0 GiB")
             && text.contains("132 compute units, warp 32, up to 1024 threads per block"),
         "{text}"
     );

@@ -201,6 +201,74 @@ fn a_new_image_at_a_freed_images_address_runs_its_own_kernels() {
     }
 }
 
+/// Device selection: every device in order with its kind, specs (`plugin[:index]`) with errors
+/// that say what is wrong, and the default device (`OFFLOAD_DEFAULT_DEVICE`, else a GPU, else
+/// a CPU). Sets `OFFLOAD_DEFAULT_DEVICE` in this process: a process per test (nextest).
+#[test]
+fn devices_are_listed_chosen_by_spec_and_by_default() {
+    let rt = offload::Runtime::with_plugin_dirs(&[host_plugin_dir(), testdev_plugin_dir()], None);
+    let devices = rt.devices();
+    let names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+    let hosts = rt.plugin("host").unwrap().device_count().unwrap();
+    assert!(hosts >= 1);
+    assert_eq!(
+        names.iter().filter(|n| n.starts_with("host:")).count(),
+        hosts
+    );
+    assert!(names.contains(&"testdev:1".to_string()), "{names:?}");
+    for d in &devices {
+        let want = if d.plugin_name() == "host" {
+            offload::DeviceKind::Cpu
+        } else {
+            offload::DeviceKind::Other
+        };
+        assert_eq!(d.kind(), want, "{d}");
+    }
+    assert_eq!(
+        rt.device_by_spec("testdev:1").unwrap().to_string(),
+        "testdev:1"
+    );
+    assert_eq!(
+        rt.device_by_spec("testdev").unwrap().to_string(),
+        "testdev:0"
+    );
+    for (spec, says) in [
+        (
+            "testdev:9",
+            "device 'testdev:9': device testdev:9: plugin 'testdev' has 2 devices",
+        ),
+        ("nope:0", "plugin 'nope' (found: "),
+        ("host:x", "'x' is not a device index"),
+        (":1", "no plugin name"),
+    ] {
+        let e = rt.device_by_spec(spec).unwrap_err().to_string();
+        assert!(e.contains(says), "{spec}: {e}");
+    }
+    // No GPU here: the first CPU device.
+    assert_eq!(rt.default_device().unwrap().to_string(), "host:0");
+    // SAFETY: no other thread of this test process reads the environment now.
+    unsafe { std::env::set_var(offload::ENV_DEFAULT_DEVICE, "testdev:1") };
+    assert_eq!(rt.default_device().unwrap().to_string(), "testdev:1");
+    // SAFETY: as above.
+    unsafe { std::env::set_var(offload::ENV_DEFAULT_DEVICE, "testdev:7") };
+    let e = rt.default_device().unwrap_err().to_string();
+    assert!(
+        e.contains("environment variable OFFLOAD_DEFAULT_DEVICE") && e.contains("has 2 devices"),
+        "{e}"
+    );
+    // SAFETY: as above.
+    unsafe { std::env::remove_var(offload::ENV_DEFAULT_DEVICE) };
+    // Nowhere to look: the error says where it looked.
+    let empty = scratch("no-plugins");
+    let none = offload::Runtime::with_plugin_dirs(std::slice::from_ref(&empty), None);
+    assert!(none.devices().is_empty());
+    let e = none.default_device().unwrap_err().to_string();
+    assert!(
+        e.contains("no plugin was found (searched ") && e.contains(empty.to_str().unwrap()),
+        "{e}"
+    );
+}
+
 #[test]
 fn several_host_devices_are_independent() {
     // OFFLOAD_HOST_DEVICES is read by the plugin at init; use the binary so the setting is

@@ -41,6 +41,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use image::{ElfImage, ElfInfo, ElfRequirements, ImageKind, classify};
 pub use traits::{GenericDevice, GenericPlugin};
 pub use types::{
-    DeviceInfo, DeviceLimits, DevicePtr, EventHandle, GlobalSymbol, ImageClaim, JitStats,
-    KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, ScalarType,
+    DeviceInfo, DeviceKind, DeviceLimits, DevicePtr, EventHandle, GlobalSymbol, ImageClaim,
+    JitStats, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle,
+    ScalarType,
 };

@@ -120,8 +120,44 @@ pub struct LaunchDims {
     pub grid: [u32; 3],
     /// Number of threads per block in x, y, z.
     pub block: [u32; 3],
-    /// Dynamic shared memory per block, in bytes (ignored by the host backend).
+    /// Dynamic shared memory per block, in bytes (every backend provides it; the host backend
+    /// gives each block its own buffer).
     pub shared_mem_bytes: u32,
+}
+
+/// What kind of processor a device is, from its plugin's ELF machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeviceKind {
+    /// A host processor (x86-64, AArch64, RISC-V, POWER, z).
+    Cpu,
+    /// A GPU (NVIDIA, AMD, Intel).
+    Gpu,
+    /// Anything else (a test backend, an accelerator without a GPU's ELF machine).
+    Other,
+}
+
+impl DeviceKind {
+    /// The kind of the processors that run images of ELF machine `machine`.
+    pub fn of_elf_machine(machine: u16) -> DeviceKind {
+        match machine {
+            // EM_X86_64, EM_AARCH64, EM_RISCV, EM_PPC64, EM_S390, EM_386
+            62 | 183 | 243 | 21 | 22 | 3 => DeviceKind::Cpu,
+            // EM_CUDA, EM_AMDGPU, EM_INTELGT
+            190 | 224 | 205 => DeviceKind::Gpu,
+            _ => DeviceKind::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Gpu => "gpu",
+            DeviceKind::Other => "other",
+        })
+    }
 }
 
 impl LaunchDims {
@@ -132,6 +168,25 @@ impl LaunchDims {
             block: [block, 1, 1],
             shared_mem_bytes: 0,
         }
+    }
+
+    /// A 1-D launch covering `n` elements with blocks of `block` threads: `ceil(n / block)`
+    /// blocks. An error when `block` is 0 or the grid would not fit in 32 bits.
+    pub fn for_elems(n: u64, block: u32) -> Result<Self> {
+        if block == 0 {
+            return Err(Error::InvalidArgument(
+                "a launch for elements needs a block of at least 1 thread".into(),
+            ));
+        }
+        let grid = n.div_ceil(u64::from(block)).max(1);
+        let grid = u32::try_from(grid).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "{n} elements in blocks of {block} need {grid} blocks; a grid dimension holds at \
+                 most {}",
+                u32::MAX
+            ))
+        })?;
+        Ok(LaunchDims::linear(grid, block))
     }
 
     /// Total number of blocks.
@@ -457,6 +512,50 @@ pub struct JitStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launches_for_elements_cover_them_and_refuse_what_does_not_fit() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let n = rng % (1 << (rng % 40));
+            let block = (1 + (rng >> 40) % 1024) as u32;
+            if n.div_ceil(u64::from(block)) > u64::from(u32::MAX) {
+                assert!(LaunchDims::for_elems(n, block).is_err(), "{n} / {block}");
+                continue;
+            }
+            let d = LaunchDims::for_elems(n, block).unwrap();
+            let covered = d.blocks() * u64::from(block);
+            assert!(covered >= n.max(1), "{n} / {block}: {d:?}");
+            assert!(
+                covered - n.max(1) < u64::from(block),
+                "{n} / {block}: {d:?}"
+            );
+            assert_eq!((d.grid[1], d.grid[2], d.block), (1, 1, [block, 1, 1]));
+        }
+        assert_eq!(LaunchDims::for_elems(0, 64).unwrap().grid, [1, 1, 1]);
+        assert!(LaunchDims::for_elems(10, 0).is_err());
+        let e = LaunchDims::for_elems(u64::MAX, 1).unwrap_err().to_string();
+        assert!(e.contains("need 18446744073709551615 blocks"), "{e}");
+        assert_eq!(
+            LaunchDims::for_elems(u64::from(u32::MAX) * 2, 2)
+                .unwrap()
+                .grid[0],
+            u32::MAX
+        );
+    }
+
+    #[test]
+    fn device_kinds_follow_the_elf_machine() {
+        assert_eq!(DeviceKind::of_elf_machine(62), DeviceKind::Cpu);
+        assert_eq!(DeviceKind::of_elf_machine(183), DeviceKind::Cpu);
+        assert_eq!(DeviceKind::of_elf_machine(190), DeviceKind::Gpu);
+        assert_eq!(DeviceKind::of_elf_machine(224), DeviceKind::Gpu);
+        assert_eq!(DeviceKind::of_elf_machine(0x7E57), DeviceKind::Other);
+        assert_eq!(DeviceKind::Gpu.to_string(), "gpu");
+    }
 
     #[test]
     fn args_round_trip_and_pack_with_alignment() {

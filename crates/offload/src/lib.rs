@@ -5,15 +5,23 @@
 //! serves its ELF machine and then to a compatible device.
 //!
 //! ```no_run
-//! use offload::{Runtime, LaunchDims, KernelArg};
+//! use offload::{KernelArg, LaunchDims, Runtime};
 //! # fn main() -> offload::Result<()> {
+//! // `void saxpy(int n, float a, const float *x, float *y)`, built with the kernel header.
 //! let rt = Runtime::from_env()?;
 //! let image = std::fs::read("saxpy.so")?;
-//! let device = rt.route(&image)?;
+//! let device = rt.route(&image)?; // or rt.default_device()?, rt.device_by_spec("cuda:1")?
 //! let program = device.load(&image)?;
 //! let kernel = program.kernel("saxpy")?;
-//! let y = device.alloc_buffer(4 * 1024)?;
-//! program.launch(kernel, &LaunchDims::linear(4, 256), &[KernelArg::I32(1024), KernelArg::Ptr(y.ptr())])?;
+//! let n = 1024u32;
+//! let (x, y) = (device.alloc_buffer(4 * u64::from(n))?, device.alloc_buffer(4 * u64::from(n))?);
+//! x.write(&vec![0u8; 4 * n as usize])?;
+//! y.write(&vec![0u8; 4 * n as usize])?;
+//! program.launch(
+//!     kernel,
+//!     &LaunchDims::for_elems(u64::from(n), 256)?,
+//!     &[KernelArg::U32(n), KernelArg::F32(2.0), KernelArg::Ptr(x.ptr()), KernelArg::Ptr(y.ptr())],
+//! )?;
 //! # Ok(()) }
 //! ```
 
@@ -26,9 +34,10 @@ pub use discovery::{
     plugin_filter, plugin_path_entries,
 };
 pub use offload_core::{
-    DeviceInfo, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, KernelArg,
+    DeviceInfo, DeviceKind, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, KernelArg,
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
 pub use runtime::{
-    Device, DeviceBuffer, Kernel, PluginSlot, PluginStatus, Program, Runtime, jit_client,
+    Device, DeviceBuffer, ENV_DEFAULT_DEVICE, Kernel, PluginSlot, PluginStatus, Program, Runtime,
+    jit_client,
 };

@@ -184,16 +184,22 @@ impl PluginSlot {
         Ok(Device {
             plugin: self.name.clone(),
             index,
+            kind: offload_core::DeviceKind::of_elf_machine(plugin.elf_machine()),
             inner: plugin.device(index)?,
         })
     }
 }
+
+/// `OFFLOAD_DEFAULT_DEVICE`: the device [`Runtime::default_device`] picks (`plugin:index`).
+pub const ENV_DEFAULT_DEVICE: &str = "OFFLOAD_DEFAULT_DEVICE";
 
 /// The offload runtime: the plugins found at start-up.
 #[derive(Debug)]
 pub struct Runtime {
     slots: Vec<PluginSlot>,
     notes: Vec<String>,
+    /// The directories searched for plugins.
+    searched: Vec<PathBuf>,
 }
 
 impl Runtime {
@@ -281,7 +287,11 @@ impl Runtime {
                 ),
             }
         }
-        Runtime { slots, notes }
+        Runtime {
+            slots,
+            notes,
+            searched: dirs.to_vec(),
+        }
     }
 
     /// Every plugin found, loaded or not.
@@ -317,6 +327,85 @@ impl Runtime {
     /// Device `index` of plugin `name`.
     pub fn device(&self, name: &str, index: usize) -> Result<Device> {
         self.plugin(name)?.device(index)
+    }
+
+    /// Every device of every loaded plugin, in the plugins' order (as `offload info` lists
+    /// them), each plugin's in index order. Plugins that failed to load or to initialise give
+    /// none ([`Runtime::plugins`] says why).
+    pub fn devices(&self) -> Vec<Device> {
+        self.slots
+            .iter()
+            .flat_map(|s| {
+                let n = s.device_count().unwrap_or(0);
+                (0..n).filter_map(move |i| s.device(i).ok())
+            })
+            .collect()
+    }
+
+    /// The device a spec names: `plugin:index` (`cuda:1`) or `plugin` (its device 0). The
+    /// error says what is wrong with the spec, or which plugins and devices there are.
+    pub fn device_by_spec(&self, spec: &str) -> Result<Device> {
+        let (name, index) = match spec.split_once(':') {
+            None => (spec, 0),
+            Some((name, index)) => match index.parse::<usize>() {
+                Ok(i) => (name, i),
+                Err(_) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "device '{spec}': '{index}' is not a device index (expected plugin or \
+                         plugin:index, e.g. cuda:1)"
+                    )));
+                }
+            },
+        };
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "device '{spec}': no plugin name (expected plugin or plugin:index, e.g. cuda:1)"
+            )));
+        }
+        self.device(name, index)
+            .map_err(|e| e.context(format!("device '{spec}'")))
+    }
+
+    /// The device to use when the program does not say: the one `OFFLOAD_DEFAULT_DEVICE` names
+    /// (a spec for [`Runtime::device_by_spec`]), else the first GPU, else the first CPU device,
+    /// else the first device. An error when there is none, saying what was found.
+    pub fn default_device(&self) -> Result<Device> {
+        if let Some((var, spec)) = offload_core::env::raw(&[ENV_DEFAULT_DEVICE])? {
+            return self
+                .device_by_spec(spec.trim())
+                .map_err(|e| e.context(format!("environment variable {var}")));
+        }
+        let devices = self.devices();
+        for kind in [offload_core::DeviceKind::Gpu, offload_core::DeviceKind::Cpu] {
+            if let Some(d) = devices.iter().find(|d| d.kind() == kind) {
+                return Ok(d.clone());
+            }
+        }
+        devices.into_iter().next().ok_or_else(|| {
+            let found: Vec<String> = self
+                .slots
+                .iter()
+                .map(|s| match s.status().reason() {
+                    Some(why) => format!("{} ({why})", s.name),
+                    None => format!("{} (no devices)", s.name),
+                })
+                .collect();
+            Error::NotFound(format!(
+                "no device: {}",
+                if found.is_empty() {
+                    format!(
+                        "no plugin was found (searched {})",
+                        self.searched
+                            .iter()
+                            .map(|d| d.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    format!("plugins found: {}", found.join("; "))
+                }
+            ))
+        })
     }
 
     /// Picks the plugin and device for an image. Native ELF goes by ELF machine, then the
@@ -520,6 +609,7 @@ impl PluginSlot {
 pub struct Device {
     plugin: String,
     index: usize,
+    kind: offload_core::DeviceKind,
     inner: Arc<dyn GenericDevice>,
 }
 
@@ -549,6 +639,11 @@ impl Device {
     /// Index within the plugin.
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// What kind of processor it is (from its plugin's ELF machine).
+    pub fn kind(&self) -> offload_core::DeviceKind {
+        self.kind
     }
 
     /// The underlying trait object, for operations not wrapped here (queues, raw copies).

@@ -15,9 +15,10 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
         let mut devices = Vec::new();
         if let PluginStatus::Ok(n) = status {
             for i in 0..n {
-                let entry = match slot.device(i).and_then(|d| d.info()) {
-                    Ok(info) => json!({
+                let entry = match slot.device(i).and_then(|d| Ok((d.kind(), d.info()?))) {
+                    Ok((kind, info)) => json!({
                         "index": i,
+                        "kind": kind.to_string(),
                         "name": info.name,
                         "compute_unit": info.compute_unit_kind,
                         "target_features": info.target_features,
@@ -164,10 +165,11 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 continue;
             }
             outln!(
-                "    {}:{}  {}  compute unit {}  memory {}",
+                "    {}:{}  {} ({})  compute unit {}  memory {}",
                 s("name"),
                 d["index"],
                 printable(d["name"].as_str().unwrap_or("?")),
+                d["kind"].as_str().unwrap_or("?"),
                 printable(d["compute_unit"].as_str().unwrap_or("?")),
                 human_bytes(d["memory_bytes"].as_u64().unwrap_or(0))
             );
