@@ -269,6 +269,59 @@ fn devices_are_listed_chosen_by_spec_and_by_default() {
     );
 }
 
+/// `Runtime::builder()`: settings in code; a build that finds no plugin, or lacks one it was
+/// told to load, fails naming the directories; JIT options apply to the process's first
+/// runtime and are refused after it.
+#[test]
+fn the_runtime_builder_takes_settings_in_code_and_fails_when_nothing_is_found() {
+    let cache = scratch("builder-cache");
+    let rt = offload::Runtime::builder()
+        .plugin_dir(host_plugin_dir())
+        .only(["host"])
+        .jit_opt_level(2)
+        .jit_disk_cache(offload::DiskMode::ReadOnly)
+        .jit_cache_dir(&cache)
+        .build()
+        .unwrap();
+    assert_eq!(rt.plugins().len(), 1);
+    let config = rt.jit().config().unwrap();
+    assert_eq!(config.options.opt_level, 2);
+    assert_eq!(config.disk.mode, offload::DiskMode::ReadOnly);
+    assert_eq!(config.disk.dir, cache);
+    assert!(!rt.devices().is_empty());
+    let e = offload::Runtime::builder()
+        .plugin_dir(host_plugin_dir())
+        .jit_opt_level(1)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already configured"), "{e}");
+    let empty = scratch("builder-empty");
+    for (builder, says) in [
+        (
+            offload::Runtime::builder().plugin_dir(&empty),
+            format!("no offload plugin found: searched {}", empty.display()),
+        ),
+        (
+            offload::Runtime::builder().plugin_dir(empty.join("nope")),
+            "does not exist or is not a directory".to_string(),
+        ),
+        (
+            offload::Runtime::builder()
+                .plugin_dir(host_plugin_dir())
+                .only(["host", "nope"]),
+            "only() names plugin 'nope', but no liboffload_plugin_nope.so".to_string(),
+        ),
+        (
+            offload::Runtime::builder().jit_opt_level(7),
+            "JIT optimisation level 7: expected 0 to 3".to_string(),
+        ),
+    ] {
+        let e = builder.build().unwrap_err().to_string();
+        assert!(e.contains(&says), "{e}");
+    }
+}
+
 #[test]
 fn several_host_devices_are_independent() {
     // OFFLOAD_HOST_DEVICES is read by the plugin at init; use the binary so the setting is

@@ -128,7 +128,7 @@ impl DiskConfig {
                 "read-only" | "readonly" | "ro" => DiskMode::ReadOnly,
                 _ => {
                     return Err(Error::InvalidArgument(format!(
-                        "environment variable {name}='{v}' is not valid: expected 1/on (the                          default), 0/off, or read-only"
+                        "environment variable {name}='{v}' is not valid: expected 1/on (the default), 0/off, or read-only"
                     )));
                 }
             },
@@ -159,7 +159,7 @@ impl DiskConfig {
                     None => (
                         PathBuf::new(),
                         Some(format!(
-                            "no cache directory: neither XDG_CACHE_HOME nor HOME is set to an                              absolute path (set {})",
+                            "no cache directory: neither XDG_CACHE_HOME nor HOME is set to an absolute path (set {})",
                             DISK_CACHE_DIR[0]
                         )),
                     ),

@@ -37,7 +37,8 @@ pub use offload_core::{
     DeviceInfo, DeviceKind, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, KernelArg,
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
+pub use offload_jit_client::DiskMode;
 pub use runtime::{
     Device, DeviceBuffer, ENV_DEFAULT_DEVICE, Kernel, PluginSlot, PluginStatus, Program, Runtime,
-    jit_client,
+    RuntimeBuilder, jit_client,
 };

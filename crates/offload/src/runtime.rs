@@ -9,7 +9,7 @@ use offload_core::{
     DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg, KernelHandle,
     LaunchDims, MemoryKind, ProgramHandle, Result, classify,
 };
-use offload_jit_client::JitClient;
+use offload_jit_client::{JitClient, JitConfig};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,8 +18,26 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// process has at most one JIT worker and one cache. Made on first use; it starts nothing until
 /// the first compile.
 pub fn jit_client() -> &'static Arc<JitClient> {
-    static CLIENT: OnceLock<Arc<JitClient>> = OnceLock::new();
-    CLIENT.get_or_init(|| Arc::new(JitClient::from_env(Vec::new())))
+    JIT_CLIENT.get_or_init(|| Arc::new(JitClient::from_env(Vec::new())))
+}
+
+static JIT_CLIENT: OnceLock<Arc<JitClient>> = OnceLock::new();
+
+/// Makes the process's JIT client with `config`; an error if it exists already (a runtime or
+/// a compile came first: the JIT is configured once per process).
+fn configure_jit(config: JitConfig) -> Result<()> {
+    let mut fresh = Some(config);
+    JIT_CLIENT
+        .get_or_init(|| Arc::new(JitClient::new(Ok(fresh.take().expect("once")), Vec::new())));
+    if fresh.is_some() {
+        return Err(Error::InvalidArgument(
+            "JIT options were given to a runtime builder, but this process's JIT is already \
+             configured (a runtime was made, or something compiled, before): JIT options apply \
+             to the first runtime of a process"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The ABI form of the process's JIT service for the plugin named `name` (its compiles are
@@ -190,6 +208,150 @@ impl PluginSlot {
     }
 }
 
+fn shown_dirs(dirs: &[PathBuf]) -> String {
+    if dirs.is_empty() {
+        return "no directory".into();
+    }
+    dirs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Settings of a [`Runtime`] in code ([`Runtime::builder`]). Unset, each comes from the
+/// environment as for [`Runtime::from_env`].
+#[derive(Debug, Default, Clone)]
+#[must_use]
+pub struct RuntimeBuilder {
+    dirs: Vec<PathBuf>,
+    only: Option<Vec<String>>,
+    jit_worker: Option<PathBuf>,
+    jit_opt_level: Option<u8>,
+    jit_disk_cache: Option<offload_jit_client::DiskMode>,
+    jit_cache_dir: Option<PathBuf>,
+}
+
+impl RuntimeBuilder {
+    /// Searches `dir` for plugins (in the order given); with none given, the default
+    /// directories and `OFFLOAD_PLUGIN_PATH` ([`discovery::default_plugin_dirs`]).
+    pub fn plugin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dirs.push(dir.into());
+        self
+    }
+
+    /// Loads only the plugins of these names (instead of `OFFLOAD_PLUGINS`).
+    pub fn only<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.only = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The JIT worker executable (instead of `OFFLOAD_JIT_WORKER` and the search beside the
+    /// plugins and the executable).
+    pub fn jit_worker(mut self, path: impl Into<PathBuf>) -> Self {
+        self.jit_worker = Some(path.into());
+        self
+    }
+
+    /// The JIT's optimisation level, 0 to 3 (instead of `OFFLOAD_JIT_OPT_LEVEL`).
+    pub fn jit_opt_level(mut self, level: u8) -> Self {
+        self.jit_opt_level = Some(level);
+        self
+    }
+
+    /// What the JIT's disk cache may do (instead of `OFFLOAD_CACHE`).
+    pub fn jit_disk_cache(mut self, mode: offload_jit_client::DiskMode) -> Self {
+        self.jit_disk_cache = Some(mode);
+        self
+    }
+
+    /// The JIT disk cache's directory (instead of `OFFLOAD_CACHE_DIR`).
+    pub fn jit_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.jit_cache_dir = Some(dir.into());
+        self
+    }
+
+    /// The runtime. An error when a directory given does not exist, when no plugin is found
+    /// (naming every directory searched), when a plugin `only` names is missing, for a bad
+    /// JIT option, or for JIT options when the process's JIT is already configured.
+    pub fn build(self) -> Result<Runtime> {
+        crate::diagnostics::init(None)?;
+        let jit_asked = self.jit_worker.is_some()
+            || self.jit_opt_level.is_some()
+            || self.jit_disk_cache.is_some()
+            || self.jit_cache_dir.is_some();
+        if jit_asked {
+            let mut config = JitConfig::from_env()?;
+            if let Some(level) = self.jit_opt_level {
+                if level > 3 {
+                    return Err(Error::InvalidArgument(format!(
+                        "JIT optimisation level {level}: expected 0 to 3"
+                    )));
+                }
+                config.options.opt_level = level;
+            }
+            if let Some(w) = &self.jit_worker {
+                if !w.is_file() {
+                    return Err(Error::InvalidArgument(format!(
+                        "JIT worker '{}' is not a file",
+                        w.display()
+                    )));
+                }
+                config.worker = Some(w.clone());
+            }
+            if let Some(mode) = self.jit_disk_cache {
+                config.disk.mode = mode;
+            }
+            if let Some(dir) = &self.jit_cache_dir {
+                config.disk.dir = std::path::absolute(dir).map_err(|e| {
+                    Error::InvalidArgument(format!("JIT cache directory '{}': {e}", dir.display()))
+                })?;
+                config.disk.note = None;
+            }
+            configure_jit(config)?;
+        }
+        let dirs = if self.dirs.is_empty() {
+            discovery::default_plugin_dirs()?
+        } else {
+            if let Some(d) = self.dirs.iter().find(|d| !d.is_dir()) {
+                return Err(Error::NotFound(format!(
+                    "plugin directory '{}' does not exist or is not a directory",
+                    d.display()
+                )));
+            }
+            self.dirs.clone()
+        };
+        let (only, what) = match &self.only {
+            Some(o) => (Some(o.clone()), "the runtime builder's only()".to_string()),
+            None => {
+                let f = discovery::plugin_filter()?;
+                let what = f.as_ref().map_or(String::new(), |o| {
+                    format!(
+                        "environment variable {}='{}'",
+                        discovery::ENV_PLUGINS,
+                        o.join(",")
+                    )
+                });
+                (f, what)
+            }
+        };
+        let rt = Runtime::with_plugin_dirs(&dirs, only.as_deref());
+        if rt.slots.is_empty() {
+            return Err(Error::NotFound(format!(
+                "no offload plugin found: searched {} for {}*{}; put the plugins (and \
+                 offload-jit-worker) there, or name their directory with plugin_dir() or {}",
+                shown_dirs(&dirs),
+                discovery::PLUGIN_PREFIX,
+                discovery::PLUGIN_SUFFIX,
+                discovery::ENV_PLUGIN_PATH
+            )));
+        }
+        if let Some(only) = &only {
+            rt.check_only(only, &dirs, &what)?;
+        }
+        Ok(rt)
+    }
+}
+
 /// `OFFLOAD_DEFAULT_DEVICE`: the device [`Runtime::default_device`] picks (`plugin:index`).
 pub const ENV_DEFAULT_DEVICE: &str = "OFFLOAD_DEFAULT_DEVICE";
 
@@ -213,24 +375,41 @@ impl Runtime {
         let filter = discovery::plugin_filter()?;
         let rt = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
         if let Some(only) = &filter {
-            for wanted in only {
-                if !rt.slots.iter().any(|s| s.name == *wanted) {
-                    return Err(Error::InvalidArgument(format!(
-                        "environment variable {}='{}' names plugin '{wanted}', but no {}{wanted}{} \
-                         is in the plugin directories ({})",
-                        discovery::ENV_PLUGINS,
-                        only.join(","),
-                        discovery::PLUGIN_PREFIX,
-                        discovery::PLUGIN_SUFFIX,
-                        dirs.iter()
-                            .map(|d| d.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-            }
+            rt.check_only(
+                only,
+                &dirs,
+                &format!(
+                    "environment variable {}='{}'",
+                    discovery::ENV_PLUGINS,
+                    only.join(",")
+                ),
+            )?;
         }
         Ok(rt)
+    }
+
+    /// A runtime with its settings in code: plugin directories, which plugins, the JIT's
+    /// options. Unlike [`Runtime::from_env`], [`RuntimeBuilder::build`] fails when it finds no
+    /// plugin, naming every directory it searched.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// An error for each name of `only` that no plugin found in `dirs` has (`what`: where the
+    /// names came from).
+    fn check_only(&self, only: &[String], dirs: &[PathBuf], what: &str) -> Result<()> {
+        for wanted in only {
+            if !self.slots.iter().any(|s| s.name == *wanted) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} names plugin '{wanted}', but no {}{wanted}{} is in the plugin \
+                     directories ({})",
+                    discovery::PLUGIN_PREFIX,
+                    discovery::PLUGIN_SUFFIX,
+                    shown_dirs(dirs)
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Discovers plugins in `dirs`; with `only`, loads just the plugins of those names.
@@ -395,11 +574,7 @@ impl Runtime {
                 if found.is_empty() {
                     format!(
                         "no plugin was found (searched {})",
-                        self.searched
-                            .iter()
-                            .map(|d| d.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        shown_dirs(&self.searched)
                     )
                 } else {
                     format!("plugins found: {}", found.join("; "))
