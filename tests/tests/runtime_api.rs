@@ -322,6 +322,74 @@ fn the_runtime_builder_takes_settings_in_code_and_fails_when_nothing_is_found() 
     }
 }
 
+/// Typed buffers: upload, to_vec, read and write with their lengths checked (errors, not
+/// panics), fill over several host chunks, device-to-device copies (refused across devices),
+/// and saxpy with typed buffers and a launch for its elements.
+#[test]
+fn typed_buffers_carry_their_element_type_and_length() {
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let x: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+    let dx = device.upload(&x).unwrap();
+    assert_eq!((dx.len(), dx.size()), (1000, 4000));
+    assert_eq!(dx.to_vec().unwrap(), x);
+    let dy = device.alloc::<f32>(1000).unwrap();
+    dy.fill(1.0).unwrap();
+    let so = std::fs::read(host_kernel("saxpy")).unwrap();
+    let program = device.load(&so).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    program
+        .launch(
+            saxpy,
+            &LaunchDims::for_elems(1000, 256).unwrap(),
+            &[
+                KernelArg::I32(1000),
+                KernelArg::F32(2.0),
+                dx.arg(),
+                dy.arg(),
+            ],
+        )
+        .unwrap();
+    let y = dy.to_vec().unwrap();
+    assert!(
+        y.iter()
+            .enumerate()
+            .all(|(i, v)| *v == 2.0 * i as f32 + 1.0)
+    );
+    // Lengths: a longer write or read is an error naming both sizes.
+    let e = dy.write(&[0.0; 1001]).unwrap_err().to_string();
+    assert!(
+        e.contains("write of 1001 elements (4004 bytes) does not fit a buffer of 1000 elements of f32 (4000 bytes)"),
+        "{e}"
+    );
+    let mut big = vec![0.0f32; 1001];
+    assert!(dy.read(&mut big).is_err());
+    let mut head = [0.0f32; 3];
+    dy.read(&mut head).unwrap();
+    assert_eq!(head, [1.0, 3.0, 5.0]);
+    // fill in more than one chunk of host memory, of a wider type.
+    let big = device.alloc::<f64>(300_000).unwrap();
+    big.fill(-2.5).unwrap();
+    assert!(big.to_vec().unwrap().iter().all(|v| *v == -2.5));
+    let rgb = device.upload(&[[1u8, 2, 3], [4, 5, 6]]).unwrap();
+    assert_eq!(rgb.to_vec().unwrap(), vec![[1, 2, 3], [4, 5, 6]]);
+    // Device to device.
+    let copy = device.alloc::<f32>(1000).unwrap();
+    copy.copy_from(&dx).unwrap();
+    assert_eq!(copy.to_vec().unwrap(), x);
+    let short = device.alloc::<f32>(10).unwrap();
+    assert!(short.copy_from(&dx).is_err());
+    let other = offload::Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None)
+        .device("testdev", 0)
+        .unwrap()
+        .alloc::<f32>(1000)
+        .unwrap();
+    let e = other.copy_from(&dx).unwrap_err().to_string();
+    assert!(e.contains("different devices"), "{e}");
+    // Zero elements: an error, as a zero-byte allocation is.
+    assert!(device.alloc::<u32>(0).is_err());
+}
+
 #[test]
 fn several_host_devices_are_independent() {
     // OFFLOAD_HOST_DEVICES is read by the plugin at init; use the binary so the setting is

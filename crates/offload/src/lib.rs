@@ -8,20 +8,21 @@
 //! use offload::{KernelArg, LaunchDims, Runtime};
 //! # fn main() -> offload::Result<()> {
 //! // `void saxpy(int n, float a, const float *x, float *y)`, built with the kernel header.
-//! let rt = Runtime::from_env()?;
+//! let rt = Runtime::builder().build()?; // fails, naming where it looked, if no plugin is found
+//! let device = rt.default_device()?; // a GPU if there is one, else the host; or device_by_spec("cuda:1")
 //! let image = std::fs::read("saxpy.so")?;
-//! let device = rt.route(&image)?; // or rt.default_device()?, rt.device_by_spec("cuda:1")?
 //! let program = device.load(&image)?;
-//! let kernel = program.kernel("saxpy")?;
-//! let n = 1024u32;
-//! let (x, y) = (device.alloc_buffer(4 * u64::from(n))?, device.alloc_buffer(4 * u64::from(n))?);
-//! x.write(&vec![0u8; 4 * n as usize])?;
-//! y.write(&vec![0u8; 4 * n as usize])?;
+//! let saxpy = program.kernel("saxpy")?;
+//! let x: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+//! let dx = device.upload(&x)?;
+//! let dy = device.alloc::<f32>(x.len())?;
+//! dy.fill(1.0)?;
 //! program.launch(
-//!     kernel,
-//!     &LaunchDims::for_elems(u64::from(n), 256)?,
-//!     &[KernelArg::U32(n), KernelArg::F32(2.0), KernelArg::Ptr(x.ptr()), KernelArg::Ptr(y.ptr())],
+//!     saxpy,
+//!     &LaunchDims::for_elems(x.len() as u64, 256)?,
+//!     &[KernelArg::I32(1024), KernelArg::F32(2.0), dx.arg(), dy.arg()],
 //! )?;
+//! let y: Vec<f32> = dy.to_vec()?;
 //! # Ok(()) }
 //! ```
 
@@ -39,6 +40,6 @@ pub use offload_core::{
 };
 pub use offload_jit_client::DiskMode;
 pub use runtime::{
-    Device, DeviceBuffer, ENV_DEFAULT_DEVICE, Kernel, PluginSlot, PluginStatus, Program, Runtime,
-    RuntimeBuilder, jit_client,
+    Device, DeviceBuffer, DeviceCopy, ENV_DEFAULT_DEVICE, Kernel, PluginSlot, PluginStatus,
+    Program, Runtime, RuntimeBuilder, jit_client,
 };

@@ -851,13 +851,40 @@ impl Device {
 
     /// Allocates device memory, freed when the [`DeviceBuffer`] is dropped.
     pub fn alloc_buffer(&self, size: u64) -> Result<DeviceBuffer> {
+        let len = usize::try_from(size).map_err(|_| {
+            Error::OutOfMemory(format!("{size} bytes cannot be addressed on this host"))
+        })?;
+        self.alloc::<u8>(len)
+    }
+
+    /// A buffer of `len` elements of `T` (contents unspecified: any bits, which `T` allows).
+    /// Zero elements are an error, as a zero-byte allocation is.
+    pub fn alloc<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let size = len
+            .checked_mul(std::mem::size_of::<T>())
+            .filter(|s| *s > 0 || std::mem::size_of::<T>() == 0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a buffer of {len} elements of {} ({} bytes each) cannot be allocated",
+                    std::any::type_name::<T>(),
+                    std::mem::size_of::<T>()
+                ))
+            })? as u64;
         let ptr = self.inner.alloc(size, MemoryKind::Device)?;
         tracing::info!(target: "offload::memory", device = %self, "allocated {size} bytes at {ptr} on {self}");
         Ok(DeviceBuffer {
             device: self.inner.clone(),
             ptr,
-            size,
+            len,
+            _t: std::marker::PhantomData,
         })
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn upload<T: DeviceCopy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let buf = self.alloc::<T>(data.len())?;
+        buf.write(data)?;
+        Ok(buf)
     }
 }
 
@@ -963,62 +990,168 @@ impl Drop for Program {
     }
 }
 
-/// Device memory owned by the caller.
-pub struct DeviceBuffer {
+/// Plain data that can live in device memory and cross to and from the host as its bytes.
+///
+/// # Safety
+/// Implement it only for `Copy` types for which every bit pattern is a valid value and that
+/// hold no pointers or references: device memory comes back as whatever the kernel left.
+/// Integers, floats and arrays of them are (implemented here).
+pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
+
+macro_rules! device_copy {
+    ($($t:ty),*) => { $(
+        // SAFETY: every bit pattern is a valid value; no pointers.
+        unsafe impl DeviceCopy for $t {}
+    )* };
+}
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, f32, f64);
+// SAFETY: an array of plain data is plain data.
+unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// `len` elements of `T` in device memory, freed when dropped. `DeviceBuffer` alone is a
+/// buffer of bytes ([`Device::alloc_buffer`]); [`Device::alloc`] and [`Device::upload`] make
+/// typed ones. Reads and writes check lengths and return an error, never panic.
+pub struct DeviceBuffer<T: DeviceCopy = u8> {
     device: Arc<dyn GenericDevice>,
     ptr: DevicePtr,
-    size: u64,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
 }
 
-impl std::fmt::Debug for DeviceBuffer {
+impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceBuffer({}, {} bytes)", self.ptr, self.size)
+        write!(
+            f,
+            "DeviceBuffer<{}>({}, {} elements)",
+            std::any::type_name::<T>(),
+            self.ptr,
+            self.len
+        )
     }
 }
 
-impl DeviceBuffer {
+fn bytes_of<T: DeviceCopy>(data: &[T]) -> &[u8] {
+    // SAFETY: `T` is plain data (`DeviceCopy`): its bytes may be read; the length is the
+    // slice's size in bytes.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+fn bytes_of_mut<T: DeviceCopy>(data: &mut [T]) -> &mut [u8] {
+    // SAFETY: `T` is plain data: any bytes written make valid values; exclusive borrow.
+    unsafe {
+        std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))
+    }
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
     /// The device address.
     pub fn ptr(&self) -> DevicePtr {
         self.ptr
     }
 
+    /// As a kernel argument (`T *` in the kernel).
+    pub fn arg(&self) -> KernelArg {
+        KernelArg::Ptr(self.ptr)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Size in bytes.
     pub fn size(&self) -> u64 {
-        self.size
+        (self.len * std::mem::size_of::<T>()) as u64
     }
 
     fn check_len(&self, len: usize, what: &str) -> Result<()> {
-        if len as u64 > self.size {
+        if len > self.len {
             return Err(Error::InvalidArgument(format!(
-                "{what} of {len} bytes does not fit a {}-byte buffer",
-                self.size
+                "{what} of {len} elements ({} bytes) does not fit a buffer of {} elements of \
+                 {} ({} bytes)",
+                len * std::mem::size_of::<T>(),
+                self.len,
+                std::any::type_name::<T>(),
+                self.size()
             )));
         }
         Ok(())
     }
 
-    /// Copies `data` to the start of the buffer.
-    pub fn write(&self, data: &[u8]) -> Result<()> {
+    /// Copies `data` to the start of the buffer (an error if it is longer).
+    pub fn write(&self, data: &[T]) -> Result<()> {
         self.check_len(data.len(), "write")?;
+        let bytes = bytes_of(data);
         let _span = tracing::info_span!(target: "offload::copy", "copy to device",
-            bytes = data.len(), to = %self.ptr, "{} bytes host -> device {}", data.len(), self.ptr)
+            bytes = bytes.len(), to = %self.ptr, "{} bytes host -> device {}", bytes.len(), self.ptr)
         .entered();
-        self.device.write(self.ptr, data)
+        self.device.write(self.ptr, bytes)
     }
 
-    /// Copies the start of the buffer into `out`.
-    pub fn read(&self, out: &mut [u8]) -> Result<()> {
+    /// Copies the start of the buffer into `out` (an error if it is longer).
+    pub fn read(&self, out: &mut [T]) -> Result<()> {
         self.check_len(out.len(), "read")?;
+        let bytes = bytes_of_mut(out);
         let _span = tracing::info_span!(target: "offload::copy", "copy to host",
-            bytes = out.len(), from = %self.ptr, "{} bytes device {} -> host", out.len(), self.ptr)
+            bytes = bytes.len(), from = %self.ptr, "{} bytes device {} -> host", bytes.len(), self.ptr)
         .entered();
-        self.device.read(out, self.ptr)
+        self.device.read(bytes, self.ptr)
+    }
+
+    /// The whole buffer, on the host.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(self.len).map_err(|_| {
+            Error::OutOfMemory(format!("{} host bytes for a copy of {self:?}", self.size()))
+        })?;
+        // SAFETY: `T` is plain data, so the reserved elements may hold any bytes; every one
+        // is written by the read below before the vector is returned (or it is dropped).
+        unsafe { out.set_len(self.len) };
+        self.read(&mut out)?;
+        Ok(out)
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill(&self, value: T) -> Result<()> {
+        // In chunks of at most 1 MiB of host memory.
+        let per = (1usize << 20) / std::mem::size_of::<T>().max(1);
+        let chunk = vec![value; per.clamp(1, self.len.max(1))];
+        let mut done = 0;
+        while done < self.len {
+            let n = chunk.len().min(self.len - done);
+            let at = DevicePtr(self.ptr.0 + (done * std::mem::size_of::<T>()) as u64);
+            self.device.write(at, bytes_of(&chunk[..n]))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Copies all of `src` (a buffer of the same device) to the start of this one, on the
+    /// device.
+    pub fn copy_from(&self, src: &DeviceBuffer<T>) -> Result<()> {
+        self.check_len(src.len, "copy")?;
+        if !Arc::ptr_eq(&self.device, &src.device) {
+            return Err(Error::InvalidArgument(format!(
+                "copy from {src:?} to {self:?}: the buffers are on different devices (copy \
+                 through the host with to_vec and write)"
+            )));
+        }
+        let _span = tracing::info_span!(target: "offload::copy", "copy device to device",
+            bytes = src.size(), "{} bytes device {} -> device {}", src.size(), src.ptr, self.ptr)
+        .entered();
+        self.device
+            .copy_device_to_device(self.ptr, src.ptr, src.size(), None)
     }
 }
 
-impl Drop for DeviceBuffer {
+impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        tracing::info!(target: "offload::memory", "freed {} bytes at {}", self.size, self.ptr);
+        tracing::info!(target: "offload::memory", "freed {} bytes at {}", self.size(), self.ptr);
         let _ = self.device.free(self.ptr);
     }
 }
