@@ -390,6 +390,70 @@ fn typed_buffers_carry_their_element_type_and_length() {
     assert!(device.alloc::<u32>(0).is_err());
 }
 
+/// A synchronous read right after a queued launch that writes the buffer sees what the launch
+/// wrote (the layer waits for queued work on the same memory), every time; so does a
+/// synchronous write before the next queued launch reads it.
+#[test]
+fn a_synchronous_read_after_queued_work_on_the_buffer_sees_that_work() {
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let so = std::fs::read(host_kernel("saxpy")).unwrap();
+    let program = device.load(&so).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 1 << 20;
+    let dx = device.upload(&vec![1.0f32; n]).unwrap();
+    let dy = device.alloc::<f32>(n).unwrap();
+    // Other work queued first keeps the queue busy, so the read below is issued while the
+    // launch on `dy` still waits its turn.
+    let big = 4 << 20;
+    let bx = device.upload(&vec![1.0f32; big]).unwrap();
+    let by = device.alloc::<f32>(big).unwrap();
+    let raw = device.raw().clone();
+    let queue = raw.queue_create().unwrap();
+    let dims = LaunchDims::for_elems(n as u64, 256).unwrap();
+    let big_dims = LaunchDims::for_elems(big as u64, 256).unwrap();
+    for round in 0..6 {
+        dy.fill(round as f32).unwrap();
+        for _ in 0..2 {
+            raw.launch(
+                saxpy.handle(),
+                &big_dims,
+                &[
+                    KernelArg::I32(big as i32),
+                    KernelArg::F32(1.0),
+                    bx.arg(),
+                    by.arg(),
+                ],
+                Some(queue),
+            )
+            .unwrap();
+        }
+        // y = 3 * 1 + round, queued; then read at once, without synchronising the queue.
+        raw.launch(
+            saxpy.handle(),
+            &dims,
+            &[
+                KernelArg::I32(n as i32),
+                KernelArg::F32(3.0),
+                dx.arg(),
+                dy.arg(),
+            ],
+            Some(queue),
+        )
+        .unwrap();
+        let mut probe = vec![0.0f32; n];
+        dy.read(&mut probe).unwrap();
+        let want = 3.0 + round as f32;
+        assert!(
+            probe.iter().all(|v| *v == want),
+            "round {round}: read {} before the queued launch finished (want {want})",
+            probe[n - 1]
+        );
+    }
+    raw.queue_synchronize(queue).unwrap();
+    raw.queue_destroy(queue).unwrap();
+}
+
 #[test]
 fn several_host_devices_are_independent() {
     // OFFLOAD_HOST_DEVICES is read by the plugin at init; use the binary so the setting is

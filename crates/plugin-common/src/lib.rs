@@ -294,6 +294,8 @@ impl<D: DeviceBackend> Device<D> {
     ) -> Result<()> {
         match queue {
             None => {
+                // Queued work on the same memory first (memory.rs).
+                hold.wait_queued();
                 let guards = hold.lock();
                 let result = op(&self.backend, None);
                 drop(guards);
@@ -303,6 +305,7 @@ impl<D: DeviceBackend> Device<D> {
                 let entry = self.queues.get(q.0)?;
                 let backend = self.backend.clone();
                 let stream = entry.stream.clone();
+                let mark = hold.mark_queued();
                 entry.queue.submit(
                     Box::new(move |_| {
                         backend.enter()?;
@@ -310,6 +313,7 @@ impl<D: DeviceBackend> Device<D> {
                         let result = op(&backend, Some(&stream));
                         drop(guards);
                         drop(hold);
+                        drop(mark);
                         result
                     }),
                     false,

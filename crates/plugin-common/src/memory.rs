@@ -11,11 +11,17 @@
 //! Each region also has a lock that the layer takes while an operation runs on the host's side
 //! (copies, and launches on CPU backends), in address order: two operations on the same memory
 //! never run at the same time, so safe calls on any number of threads never race on it.
+//!
+//! And each counts the queued operations that use it and have not finished: a synchronous
+//! operation on a region first waits for those ([`Hold::wait_queued`]), so a read right after
+//! a queued launch that writes the buffer sees what the launch wrote, never the memory before
+//! it. Work queued on several queues keeps its own order per queue; across queues, only events
+//! order it.
 
 use offload_core::{DevicePtr, Error, MemoryKind, Result};
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Returns a region's memory to the backend when the last reference to it is gone.
 pub type Release = Box<dyn FnOnce(DevicePtr, u64) + Send + Sync>;
@@ -30,6 +36,9 @@ pub struct Region {
     pub kind: RegionKind,
     release: Mutex<Option<Release>>,
     access: Mutex<()>,
+    /// Queued operations using the region that have not finished.
+    queued: Mutex<u64>,
+    idle: Condvar,
 }
 
 /// What a region is.
@@ -69,6 +78,8 @@ impl Region {
             kind,
             release: Mutex::new(release),
             access: Mutex::new(()),
+            queued: Mutex::new(0),
+            idle: Condvar::new(),
         }
     }
 
@@ -119,6 +130,25 @@ impl Hold {
         }
     }
 
+    /// Counts the pinned regions as used by queued work until the mark is dropped (when the
+    /// work has run, or is dropped unrun).
+    pub fn mark_queued(&self) -> QueuedMark {
+        for r in &self.regions {
+            *r.queued.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        }
+        QueuedMark(self.regions.clone())
+    }
+
+    /// Waits until no queued work uses a pinned region (for a synchronous operation).
+    pub fn wait_queued(&self) {
+        for r in &self.regions {
+            let mut n = r.queued.lock().unwrap_or_else(|p| p.into_inner());
+            while *n > 0 {
+                n = r.idle.wait(n).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
     /// Exclusive access to every pinned region for as long as the guards live, taken in address
     /// order so that two operations never wait for each other.
     pub fn lock(&self) -> Vec<MutexGuard<'_, ()>> {
@@ -128,6 +158,22 @@ impl Hold {
             .into_iter()
             .map(|r| r.access.lock().unwrap_or_else(|p| p.into_inner()))
             .collect()
+    }
+}
+
+/// Queued work's use of regions ([`Hold::mark_queued`]); dropping it ends the use.
+#[derive(Debug)]
+pub struct QueuedMark(Vec<Arc<Region>>);
+
+impl Drop for QueuedMark {
+    fn drop(&mut self) {
+        for r in &self.0 {
+            let mut n = r.queued.lock().unwrap_or_else(|p| p.into_inner());
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                r.idle.notify_all();
+            }
+        }
     }
 }
 
