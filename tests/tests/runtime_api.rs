@@ -454,6 +454,58 @@ fn a_synchronous_read_after_queued_work_on_the_buffer_sees_that_work() {
     raw.queue_destroy(queue).unwrap();
 }
 
+/// The safe queues and events: a queued upload of owned host data, a queued launch, an event
+/// that a second queue waits for before its copy, and the results; work for another device's
+/// queue is refused.
+#[test]
+fn queues_and_events_order_work_and_own_what_they_need() {
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let so = std::fs::read(host_kernel("saxpy")).unwrap();
+    let program = device.load(&so).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 1 << 18;
+    let dx = device.alloc::<f32>(n).unwrap();
+    let dy = device.alloc::<f32>(n).unwrap();
+    let out = device.alloc::<f32>(n).unwrap();
+    let (a, b) = (device.queue().unwrap(), device.queue().unwrap());
+    a.upload(&dx, vec![2.0; n]).unwrap();
+    a.upload(&dy, (0..n).map(|i| i as f32).collect()).unwrap();
+    program
+        .launch_on(
+            &a,
+            saxpy,
+            &LaunchDims::for_elems(n as u64, 256).unwrap(),
+            &[
+                KernelArg::I32(n as i32),
+                KernelArg::F32(0.5),
+                dx.arg(),
+                dy.arg(),
+            ],
+        )
+        .unwrap();
+    let done = a.record().unwrap();
+    b.wait(&done).unwrap();
+    b.copy(&out, &dy).unwrap();
+    b.synchronize().unwrap();
+    assert!(done.is_complete().unwrap());
+    done.synchronize().unwrap();
+    let got = out.to_vec().unwrap();
+    assert!(got.iter().enumerate().all(|(i, v)| *v == i as f32 + 1.0));
+    // Too long, and another device's buffer or queue: errors.
+    assert!(a.upload(&dx, vec![0.0; n + 1]).is_err());
+    let other = offload::Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None);
+    let other = other.device("testdev", 0).unwrap();
+    let q = other.queue().unwrap();
+    let e = program
+        .launch_on(&q, saxpy, &LaunchDims::linear(1, 1), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another device"), "{e}");
+    assert!(q.copy(&out, &dy).is_err());
+    drop((a, b));
+}
+
 #[test]
 fn several_host_devices_are_independent() {
     // OFFLOAD_HOST_DEVICES is read by the plugin at init; use the binary so the setting is

@@ -28,6 +28,7 @@
 
 pub mod diagnostics;
 mod discovery;
+mod queue;
 mod runtime;
 
 pub use discovery::{
@@ -39,6 +40,7 @@ pub use offload_core::{
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
 pub use offload_jit_client::DiskMode;
+pub use queue::{Event, Queue};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, ENV_DEFAULT_DEVICE, Kernel, PluginSlot, PluginStatus,
     Program, Runtime, RuntimeBuilder, jit_client,

@@ -7,7 +7,7 @@ use offload_core::abi::loader::{LoadedPlugin, jit_service_table};
 use offload_core::image::{ElfEndian, machine};
 use offload_core::{
     DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg, KernelHandle,
-    LaunchDims, MemoryKind, ProgramHandle, Result, classify,
+    LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, classify,
 };
 use offload_jit_client::{JitClient, JitConfig};
 use std::collections::HashMap;
@@ -880,6 +880,16 @@ impl Device {
         })
     }
 
+    /// A queue of this device: work enqueued on it runs in order, asynchronously to the
+    /// caller ([`crate::Queue`]).
+    pub fn queue(&self) -> Result<crate::Queue> {
+        crate::Queue::new(self.clone())
+    }
+
+    pub(crate) fn identity_of(&self) -> usize {
+        self.identity()
+    }
+
     /// A buffer holding a copy of `data`.
     pub fn upload<T: DeviceCopy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let buf = self.alloc::<T>(data.len())?;
@@ -934,6 +944,34 @@ impl Program {
 
     /// Launches a kernel of this program synchronously.
     pub fn launch(&self, kernel: Kernel, dims: &LaunchDims, args: &[KernelArg]) -> Result<()> {
+        self.launch_inner(kernel, dims, args, None)
+    }
+
+    /// Enqueues a launch on `queue` (a queue of this program's device): it runs after the
+    /// queue's earlier work; the buffers it uses stay alive until it has run.
+    pub fn launch_on(
+        &self,
+        queue: &crate::Queue,
+        kernel: Kernel,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        if queue.device_identity() != self.device.identity() {
+            return Err(Error::InvalidArgument(format!(
+                "{queue:?} is a queue of another device than {} (this program's)",
+                self.device
+            )));
+        }
+        self.launch_inner(kernel, dims, args, Some(queue.handle()))
+    }
+
+    fn launch_inner(
+        &self,
+        kernel: Kernel,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
         if kernel.program != self.handle || kernel.device != self.device.identity() {
             return Err(Error::InvalidArgument(format!(
                 "kernel {:#x} belongs to program {:#x}{}, not to program {:#x} on {}",
@@ -965,7 +1003,7 @@ impl Program {
             dims.shared_mem_bytes
         )
         .entered();
-        self.device.inner.launch(kernel.handle, dims, args, None)
+        self.device.inner.launch(kernel.handle, dims, args, queue)
     }
 }
 
@@ -1067,6 +1105,14 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Size in bytes.
     pub fn size(&self) -> u64 {
         (self.len * std::mem::size_of::<T>()) as u64
+    }
+
+    pub(crate) fn device_identity(&self) -> usize {
+        Arc::as_ptr(&self.device) as *const () as usize
+    }
+
+    pub(crate) fn check_fits(&self, len: usize, what: &str) -> Result<()> {
+        self.check_len(len, what)
     }
 
     fn check_len(&self, len: usize, what: &str) -> Result<()> {
