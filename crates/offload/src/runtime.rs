@@ -1031,8 +1031,9 @@ impl Drop for Program {
 /// Plain data that can live in device memory and cross to and from the host as its bytes.
 ///
 /// # Safety
-/// Implement it only for `Copy` types for which every bit pattern is a valid value and that
-/// hold no pointers or references: device memory comes back as whatever the kernel left.
+/// Implement it only for `Copy` types for which every bit pattern (all zeros included) is a
+/// valid value and that hold no pointers or references: device memory comes back as whatever
+/// the kernel left.
 /// Integers, floats and arrays of them are (implemented here).
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
 
@@ -1155,9 +1156,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         out.try_reserve_exact(self.len).map_err(|_| {
             Error::OutOfMemory(format!("{} host bytes for a copy of {self:?}", self.size()))
         })?;
-        // SAFETY: `T` is plain data, so the reserved elements may hold any bytes; every one
-        // is written by the read below before the vector is returned (or it is dropped).
-        unsafe { out.set_len(self.len) };
+        // SAFETY: `T` is plain data (`DeviceCopy`): all-zero bytes are a valid value. (Zeroed
+        // rather than left uninitialised: a reference to uninitialised values is not allowed
+        // even for plain data.)
+        out.resize(self.len, unsafe { std::mem::zeroed::<T>() });
         self.read(&mut out)?;
         Ok(out)
     }
