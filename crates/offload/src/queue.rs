@@ -56,9 +56,12 @@ impl Queue {
     /// Waits until everything enqueued so far has run; the first error of that work (the
     /// queue then refuses work until it is dropped). Host memory of finished copies is freed.
     pub fn synchronize(&self) -> Result<()> {
+        // Only what was queued before the wait may go: another thread may queue (and push)
+        // more while this one waits.
+        let before = lock(&self.owned).len();
         let r = self.device.raw().queue_synchronize(self.handle);
         // Whatever the outcome, every job submitted before the wait has run or been skipped.
-        lock(&self.owned).clear();
+        lock(&self.owned).drain(..before);
         r
     }
 

@@ -279,6 +279,13 @@ impl RuntimeBuilder {
             || self.jit_opt_level.is_some()
             || self.jit_disk_cache.is_some()
             || self.jit_cache_dir.is_some();
+        // What can be checked before the process's JIT is configured (once) is checked first.
+        if let Some(d) = self.dirs.iter().find(|d| !d.is_dir()) {
+            return Err(Error::NotFound(format!(
+                "plugin directory '{}' does not exist or is not a directory",
+                d.display()
+            )));
+        }
         if jit_asked {
             let mut config = JitConfig::from_env()?;
             if let Some(level) = self.jit_opt_level {
@@ -312,12 +319,6 @@ impl RuntimeBuilder {
         let dirs = if self.dirs.is_empty() {
             discovery::default_plugin_dirs()?
         } else {
-            if let Some(d) = self.dirs.iter().find(|d| !d.is_dir()) {
-                return Err(Error::NotFound(format!(
-                    "plugin directory '{}' does not exist or is not a directory",
-                    d.display()
-                )));
-            }
             self.dirs.clone()
         };
         let (only, what) = match &self.only {
@@ -1031,9 +1032,9 @@ impl Drop for Program {
 /// Plain data that can live in device memory and cross to and from the host as its bytes.
 ///
 /// # Safety
-/// Implement it only for `Copy` types for which every bit pattern (all zeros included) is a
-/// valid value and that hold no pointers or references: device memory comes back as whatever
-/// the kernel left.
+/// Implement it only for `Copy` types without padding bytes, for which every bit pattern (all
+/// zeros included) is a valid value and that hold no pointers or references: their bytes are
+/// copied as they are, and device memory comes back as whatever the kernel left.
 /// Integers, floats and arrays of them are (implemented here).
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
 

@@ -103,7 +103,10 @@ impl Pool {
     /// `size` bytes (`size > 0`) from the pool, else from `dev`.
     pub fn alloc(&self, dev: &dyn Backing, size: u64) -> Result<u64, String> {
         if !self.pooled(size) {
-            return dev.alloc_raw(size);
+            return match dev.alloc_raw(size) {
+                Err(_) if self.release(dev) > 0 => dev.alloc_raw(size),
+                r => r,
+            };
         }
         let class = class_of(size);
         {

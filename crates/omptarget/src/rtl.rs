@@ -65,6 +65,8 @@ pub struct DeviceState {
     pub globals: HashMap<usize, Vec<usize>>,
     /// Why registered images were not loaded here (the plugin's refusal), by image.
     pub refused: HashMap<(usize, usize), String>,
+    /// Whether OMPT's device-initialise callback has been made (its finalise then is, too).
+    pub announced: bool,
 }
 
 /// One OpenMP device.
@@ -93,7 +95,7 @@ impl pool::Backing for Device {
 
 impl Drop for OmpDevice {
     fn drop(&mut self) {
-        if lock(&self.state).initialised.is_some() {
+        if lock(&self.state).announced {
             ompt::device_finalize(self.id);
         }
         self.pool.release(&self.device);
@@ -293,13 +295,15 @@ pub fn init() -> Arc<Rtl> {
 
 /// Counts one user fewer; the last one drops the runtime's devices and images.
 pub fn deinit() {
-    let mut g = lock(&GLOBAL);
-    if g.refs > 0 {
-        g.refs -= 1;
-        if g.refs == 0 {
-            g.rtl = None;
+    let last = {
+        let mut g = lock(&GLOBAL);
+        if g.refs > 0 {
+            g.refs -= 1;
         }
-    }
+        if g.refs == 0 { g.rtl.take() } else { None }
+    };
+    // Dropped outside the lock: the devices' OMPT finalise callbacks may call the API.
+    drop(last);
 }
 
 /// The runtime, if any descriptor is registered.
@@ -468,13 +472,15 @@ impl Rtl {
             .map(|l| (l.desc, l.images.clone()))
             .collect();
         let usm = self.usm();
-        {
+        let first = {
             let mut st = lock(&dev.state);
             st.table.usm = usm;
-            if st.initialised.is_none() {
-                let kind = std::ffi::CString::new(dev.device.plugin_name()).unwrap_or_default();
-                ompt::device_initialize(dev.id, &kind);
-            }
+            !std::mem::replace(&mut st.announced, true)
+        };
+        if first {
+            // Once per device, and without the state lock: the tool may call the API.
+            let kind = std::ffi::CString::new(dev.device.plugin_name()).unwrap_or_default();
+            ompt::device_initialize(dev.id, &kind);
         }
         for (lib, images) in libs {
             for (i, img) in images.iter().enumerate() {
