@@ -184,15 +184,8 @@ pub fn synthetic_elf(machine: u16, functions: &[&str]) -> Vec<u8> {
 
 /// Deterministic pseudo-random bytes (xorshift), for fuzz-like inputs.
 pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    let mut seq = offload_core::rand::XorShift(seed | 1);
+    (0..len).map(|_| (seq.next_u64() >> 24) as u8).collect()
 }
 
 /// Compiles `kernels/<name>.c` for `target_args` into LLVM bitcode (`-emit-llvm -c`), or

@@ -113,13 +113,9 @@ fn many_threads_launching_copying_and_freeing_at_random() {
             s.spawn(move || {
                 let raw = device.raw().clone();
                 let q = raw.queue_create().unwrap();
-                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1);
-                let mut next = move || {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed
-                };
+                let mut seq =
+                    offload_core::rand::XorShift(0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1));
+                let mut next = move || seq.next_u64();
                 for i in 0..iterations {
                     let n = 1 + (next() % 3000) as usize;
                     let a = (next() % 7) as f32 - 3.0;

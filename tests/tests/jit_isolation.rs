@@ -664,13 +664,8 @@ fn load_mutants(
 ) -> (usize, usize, std::collections::BTreeMap<String, usize>) {
     let bitcode = std::fs::read(host_bitcode("saxpy")).unwrap();
     let ir = std::fs::read(kernel_ir("saxpy", &[], "ll")).unwrap();
-    let mut seed = seed;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut seq = offload_core::rand::XorShift(seed);
+    let mut next = || seq.next_u64();
     let (mut loaded, mut refused) = (0, 0);
     let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
     for i in 0..n {

@@ -612,13 +612,8 @@ int main(int argc, char **argv) {
         stdout(&out),
         stderr(&out)
     );
-    let mut seed = 0x0ff1_0ad5_u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut seq = offload_core::rand::XorShift(0x0ff1_0ad5);
+    let mut next = || seq.next_u64();
     let (mut ran, mut refused) = (0, 0);
     for i in 0..40 {
         let mut m = good.clone();

@@ -515,11 +515,9 @@ mod tests {
 
     #[test]
     fn launches_for_elements_cover_them_and_refuse_what_does_not_fit() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut seq = crate::rand::XorShift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..10_000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
+            let rng = seq.next_u64();
             let n = rng % (1 << (rng % 40));
             let block = (1 + (rng >> 40) % 1024) as u32;
             if n.div_ceil(u64::from(block)) > u64::from(u32::MAX) {

@@ -218,15 +218,8 @@ fn data_module(bytes: usize, seed: u64) -> Vec<u8> {
     module.set_triple(&inkwell::targets::TargetTriple::create(
         "x86_64-unknown-linux-gnu",
     ));
-    let mut x = seed | 1;
-    let data: Vec<u8> = (0..bytes)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect();
+    let mut seq = offload_core::rand::XorShift(seed | 1);
+    let data: Vec<u8> = (0..bytes).map(|_| (seq.next_u64() >> 24) as u8).collect();
     let value = context.const_string(&data, false);
     let global = module.add_global(value.get_type(), None, "table");
     global.set_initializer(&value);

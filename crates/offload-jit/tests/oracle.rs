@@ -176,13 +176,8 @@ fn engine_output_equals_opt_and_llc() {
 /// Text with no top-level entity: `;` comments (any printable text, LLVM's `RUN:` lines among
 /// them), blank lines, spaces and tabs, LF or CRLF line ends. Seeded and reproducible.
 fn empty_module(seed: u64) -> String {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut seq = offload_core::rand::XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut next = move |n: u64| seq.next_u64() % n;
     const WORDS: [&str; 10] = [
         "RUN:",
         "llc < %s -mtriple=nvptx64 -mcpu=sm_90",

@@ -796,13 +796,8 @@ mod tests {
     /// ALWAYS, DELETE and HOLD on a few arrays; every copy happens exactly when the model says.
     #[test]
     fn reference_counts_follow_a_model() {
-        let mut seed = 0x0123_4567_89ab_cdefu64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut seq = offload_core::rand::XorShift(0x0123_4567_89ab_cdef);
+        let mut next = |n: u64| seq.next_u64() % n;
         for _round in 0..200 {
             let dev = Model::default();
             let mut table = Table::default();

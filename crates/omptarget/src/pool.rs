@@ -199,11 +199,9 @@ mod tests {
 
     #[test]
     fn classes_cover_the_request_and_waste_at_most_half_below_a_mib() {
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut seq = offload_core::rand::XorShift(0x2545_f491_4f6c_dd1d);
         for _ in 0..20_000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
+            let rng = seq.next_u64();
             let size = 1 + rng % (1 << (rng % 31));
             let c = class_of(size);
             assert!(c >= size && c >= MIN_CLASS, "{size} -> {c}");
