@@ -50,7 +50,7 @@ impl Queue {
     }
 
     pub(crate) fn device_identity(&self) -> usize {
-        self.device.identity_of()
+        self.device.identity()
     }
 
     /// Waits until everything enqueued so far has run; the first error of that work (the
@@ -69,7 +69,7 @@ impl Queue {
     /// queue owns `data` until it has been synchronised.
     pub fn upload<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, data: Vec<T>) -> Result<()> {
         self.check_device(buf.device_identity(), "upload")?;
-        buf.check_fits(data.len(), "queued upload")?;
+        buf.check_len(data.len(), "queued upload")?;
         let bytes = std::mem::size_of_val(data.as_slice());
         // SAFETY: `data` is moved into `owned` below, before the copy can run, and stays there
         // until a synchronisation has seen the copy run (a Vec's heap block does not move when
@@ -90,7 +90,7 @@ impl Queue {
     pub fn copy<T: DeviceCopy>(&self, dst: &DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
         self.check_device(dst.device_identity(), "copy")?;
         self.check_device(src.device_identity(), "copy")?;
-        dst.check_fits(src.len(), "queued copy")?;
+        dst.check_len(src.len(), "queued copy")?;
         self.device
             .raw()
             .copy_device_to_device(dst.ptr(), src.ptr(), src.size(), Some(self.handle))
@@ -110,12 +110,12 @@ impl Queue {
 
     /// Makes this queue's later work wait until `event` completes.
     pub fn wait(&self, event: &Event) -> Result<()> {
-        self.check_device(event.device.identity_of(), "wait")?;
+        self.check_device(event.device.identity(), "wait")?;
         self.device.raw().event_wait(event.handle, self.handle)
     }
 
     fn check_device(&self, identity: usize, what: &str) -> Result<()> {
-        if identity != self.device.identity_of() {
+        if identity != self.device.identity() {
             return Err(offload_core::Error::InvalidArgument(format!(
                 "{what} on {self:?}: the other side belongs to another device"
             )));

@@ -803,7 +803,7 @@ impl std::fmt::Display for Device {
 
 impl Device {
     /// Identifies the device object (for binding kernels to their program's device).
-    fn identity(&self) -> usize {
+    pub(crate) fn identity(&self) -> usize {
         Arc::as_ptr(&self.inner) as *const () as usize
     }
 
@@ -885,10 +885,6 @@ impl Device {
     /// caller ([`crate::Queue`]).
     pub fn queue(&self) -> Result<crate::Queue> {
         crate::Queue::new(self.clone())
-    }
-
-    pub(crate) fn identity_of(&self) -> usize {
-        self.identity()
     }
 
     /// A buffer holding a copy of `data`.
@@ -1113,11 +1109,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Arc::as_ptr(&self.device) as *const () as usize
     }
 
-    pub(crate) fn check_fits(&self, len: usize, what: &str) -> Result<()> {
-        self.check_len(len, what)
-    }
-
-    fn check_len(&self, len: usize, what: &str) -> Result<()> {
+    pub(crate) fn check_len(&self, len: usize, what: &str) -> Result<()> {
         if len > self.len {
             return Err(Error::InvalidArgument(format!(
                 "{what} of {len} elements ({} bytes) does not fit a buffer of {} elements of \

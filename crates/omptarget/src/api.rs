@@ -563,10 +563,7 @@ pub unsafe extern "C" fn omp_get_mapped_ptr(ptr: *const c_void, dev: c_int) -> *
 #[unsafe(no_mangle)]
 pub extern "C" fn ompx_dump_mapping_tables() {
     let Some(rtl) = rtl::get() else { return };
-    for d in &rtl.devices {
-        let st = lock(&d.state);
-        messages::dump_table(d.id, "libomptarget:0:0", &st.table, true);
-    }
+    rtl.dump_tables("libomptarget:0:0", true, false);
 }
 
 #[unsafe(no_mangle)]

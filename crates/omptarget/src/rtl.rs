@@ -447,6 +447,19 @@ impl Rtl {
         }
     }
 
+    /// `dumpTargetPointerMappings` of every device, after the construct at `at`
+    /// (`file:line:col`), to standard error or standard output, last device first if asked.
+    pub fn dump_tables(&self, at: &str, to_stdout: bool, last_first: bool) {
+        let mut devices: Vec<&Arc<OmpDevice>> = self.devices.iter().collect();
+        if last_first {
+            devices.reverse();
+        }
+        for d in devices {
+            let st = lock(&d.state);
+            messages::dump_table(d.id, at, &st.table, to_stdout);
+        }
+    }
+
     /// Whether `requires unified_shared_memory` is in force.
     pub fn usm(&self) -> bool {
         *lock(&self.requires) & abi::requires::UNIFIED_SHARED_MEMORY != 0

@@ -125,10 +125,7 @@ fn info_arguments(region: &str, loc: *const Ident, args: &[MapArg]) {
 /// with it set).
 fn dump_tables(rtl: &Rtl, loc: *const Ident) {
     let (file, line, col) = messages::location_parts(psource(loc).as_deref());
-    for d in &rtl.devices {
-        let st = lock(&d.state);
-        messages::dump_table(d.id, &format!("{file}:{line}:{col}"), &st.table, false);
-    }
+    rtl.dump_tables(&format!("{file}:{line}:{col}"), false, false);
 }
 
 fn source_location(loc: *const Ident) -> Option<String> {
@@ -403,10 +400,7 @@ pub unsafe extern "C" fn __tgt_unregister_lib(desc: *mut BinDesc) {
     if let Some(rtl) = rtl::get() {
         if messages::enabled(messages::info::DUMP_TABLE) {
             // As upstream's unregistration does: every device, last first.
-            for d in rtl.devices.iter().rev() {
-                let st = lock(&d.state);
-                messages::dump_table(d.id, "libomptarget:0:0", &st.table, false);
-            }
+            rtl.dump_tables("libomptarget:0:0", false, true);
         }
         rtl.unregister(desc);
     }
