@@ -221,6 +221,42 @@ OFFLOAD_DEVICE void *offload_shared_memory(void) { return __offload_host_context
 #define OFFLOAD_SIGNATURE_NONE(kernel) typedef int offload_signature_##kernel##_unused
 #endif
 
+/*
+ * OFFLOAD_PARAMS(kernel, parameter declarations...) after a kernel records its parameter list
+ * with the extent of each pointer, written as C99 array parameters, in the image of every
+ * target (host, NVPTX, AMDGPU, bitcode):
+ *
+ *   OFFLOAD_KERNEL void saxpy(int n, float a, const float *x, float *y) { ... }
+ *   OFFLOAD_PARAMS(saxpy, int n, float a, const float x[n], float y[n]);
+ *
+ * The Rust API's checked launch (`Launch::run`) reads it: the type of each scalar, the element
+ * type of each pointer, whether the kernel writes through it (not `const`) and how many
+ * elements it may touch (`[n]`, `[nx * ny]`, `[2 * n + 1]`: integer literals and earlier
+ * integer parameters with + - * and parentheses), and refuses a launch whose buffer is
+ * shorter. The extents are the kernel author's promise: the kernel must not touch more. The
+ * declarations must be the kernel's own (checked at compile time for the host; on NVPTX and
+ * AMDGPU, whose kernels have their own calling convention, build the same source for the host
+ * to check it).
+ * OFFLOAD_PARAMS(kernel, void) for a kernel without parameters. C only.
+ */
+#if !defined(__cplusplus)
+#if defined(__NVPTX__) || defined(__AMDGPU__)
+/* Kernels there have their own calling convention (and NVPTX no variable-length arrays): the
+ * host build of the same source checks the record. */
+#define OFFLOAD_PARAMS_CHECK_(kernel, ...) typedef int offload_params_##kernel##_unchecked
+#else
+#define OFFLOAD_PARAMS_CHECK_(kernel, ...)                                                       \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&kernel), void (*)(__VA_ARGS__)),      \
+                 "OFFLOAD_PARAMS(" #kernel ", ...) does not match the kernel's parameters")
+#endif
+#define OFFLOAD_PARAMS(kernel, ...)                                                              \
+  OFFLOAD_PARAMS_CHECK_(kernel, __VA_ARGS__);                                                    \
+  __attribute__((used, visibility("default"))) const char __offload_params_##kernel[] =         \
+      #__VA_ARGS__
+#else
+#define OFFLOAD_PARAMS(kernel, ...) typedef int offload_params_##kernel##_unused
+#endif
+
 /* The global linear index along x, the most common kernel idiom. */
 OFFLOAD_DEVICE unsigned offload_global_id_x(void) {
   return offload_block_id(0) * offload_block_dim(0) + offload_thread_id(0);

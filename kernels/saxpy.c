@@ -7,3 +7,4 @@ OFFLOAD_KERNEL void saxpy(int n, float a, const float *x, float *y) {
     y[i] = a * x[i] + y[i];
 }
 OFFLOAD_SIGNATURE(saxpy, int, float, const float *, float *);
+OFFLOAD_PARAMS(saxpy, int n, float a, const float x[n], float y[n]);

@@ -265,8 +265,8 @@ pub fn run_which(device: &offload::Device, out: &offload::DeviceBuffer, image: &
     use offload::{KernelArg, LaunchDims};
     let program = device.load(image).unwrap();
     let k = program.kernel("which").unwrap();
-    program
-        .launch(k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())])
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe { program.launch(&k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())]) }
         .unwrap();
     let mut raw = vec![0u8; 256];
     out.read(&mut raw).unwrap();

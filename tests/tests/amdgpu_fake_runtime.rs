@@ -485,7 +485,8 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
         "in-process",
     );
     let program = device.load(&image).unwrap();
-    let kernel = program.kernel("saxpy").unwrap();
+    let owned_kernel = program.kernel("saxpy").unwrap();
+    let kernel = &owned_kernel;
     let raw = device.raw().clone();
     let n = 4096usize;
     std::thread::scope(|s| {
@@ -537,6 +538,8 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
             });
         }
     });
+    // The kernel keeps its program loaded: both go, and the module is unloaded.
+    drop(owned_kernel);
     drop(program);
     // Mutants of the code object through the plugin to the runtime: each refused or loaded.
     let noise = random_bytes(3 * 600, 0x4a5);

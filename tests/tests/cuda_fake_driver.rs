@@ -510,7 +510,8 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
     let bc = nvptx_bitcode("saxpy", "sm_90");
     let ptx = nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "in-process");
     let program = device.load(&ptx).unwrap();
-    let kernel = program.kernel("saxpy").unwrap();
+    let owned_kernel = program.kernel("saxpy").unwrap();
+    let kernel = &owned_kernel;
     let raw = device.raw().clone();
     let n = 4096usize;
     std::thread::scope(|s| {
@@ -563,6 +564,8 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
             });
         }
     });
+    // The kernel keeps its program loaded: both go, and the module is unloaded.
+    drop(owned_kernel);
     drop(program);
     let lines = log_lines(&log);
     let launches = lines

@@ -47,7 +47,8 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
         let args = saxpy_args(n, 2.0, &x, &y);
         let (xp, yp) = (x.ptr(), y.ptr());
         std::thread::scope(|s| {
-            let launcher = s.spawn(|| program.launch(k, &dims, &args));
+            // SAFETY: the buffers are as long as the kernel touches for these arguments.
+            let launcher = s.spawn(|| unsafe { program.launch(&k, &dims, &args) });
             std::thread::sleep(std::time::Duration::from_millis(round % 4));
             drop(x);
             drop(y);
@@ -104,7 +105,7 @@ fn many_threads_launching_copying_and_freeing_at_random() {
             .load(&std::fs::read(host_kernel("saxpy")).unwrap())
             .unwrap(),
     );
-    let k = program.kernel("saxpy").unwrap();
+    let k = &program.kernel("saxpy").unwrap();
     let threads = 4;
     let iterations = 1000;
     std::thread::scope(|s| {
@@ -133,7 +134,8 @@ fn many_threads_launching_copying_and_freeing_at_random() {
                             // Synchronous.
                             x.write(&xb).unwrap();
                             y.write(&yb).unwrap();
-                            program.launch(k, &dims, &args).unwrap();
+                            // SAFETY: the buffers are as long as the kernel touches for these arguments.
+                            unsafe { program.launch(k, &dims, &args) }.unwrap();
                             y.read(&mut out).unwrap();
                         }
                         1 => {

@@ -349,9 +349,10 @@ fn run(
         block,
         shared_mem_bytes: if shape == 1 { 4096 } else { 0 },
     };
-    program
-        .launch(
-            kernel,
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe {
+        program.launch(
+            &kernel,
             &dims,
             &[
                 KernelArg::Ptr(inb.ptr()),
@@ -359,7 +360,8 @@ fn run(
                 KernelArg::I32(n as i32),
             ],
         )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut out = vec![0u8; items * 4];
     outb.read(&mut out).unwrap();
     out

@@ -282,9 +282,8 @@ fn every_work_item_sees_its_own_ids_in_three_dimensions() {
     };
     let items = (dims.blocks() * dims.threads_per_block()) as usize;
     let buf = device.alloc_buffer((items * 12 * 4) as u64).unwrap();
-    program
-        .launch(kernel, &dims, &[KernelArg::Ptr(buf.ptr())])
-        .unwrap();
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe { program.launch(&kernel, &dims, &[KernelArg::Ptr(buf.ptr())]) }.unwrap();
     let mut raw = vec![0u8; items * 48];
     buf.read(&mut raw).unwrap();
     let got: Vec<u32> = raw

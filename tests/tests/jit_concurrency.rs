@@ -39,9 +39,10 @@ fn sixteen_threads_on_four_devices_compile_the_same_bitcode_once() {
                 x.write(&f32_bytes(&(0..n).map(|i| i as f32).collect::<Vec<_>>()))
                     .unwrap();
                 y.write(&f32_bytes(&vec![t as f32; n])).unwrap();
-                program
-                    .launch(
-                        k,
+                // SAFETY: the buffers are as long as the kernel touches for these arguments.
+                unsafe {
+                    program.launch(
+                        &k,
                         &LaunchDims::linear(n.div_ceil(64) as u32, 64),
                         &[
                             KernelArg::I32(n as i32),
@@ -50,7 +51,8 @@ fn sixteen_threads_on_four_devices_compile_the_same_bitcode_once() {
                             KernelArg::Ptr(y.ptr()),
                         ],
                     )
-                    .unwrap();
+                }
+                .unwrap();
                 let mut raw = vec![0u8; n * 4];
                 y.read(&mut raw).unwrap();
                 for (i, c) in raw.chunks_exact(4).enumerate() {

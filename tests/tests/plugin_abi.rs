@@ -120,9 +120,10 @@ fn images_for_the_new_backend_are_routed_to_it() {
     let program = device.load(&image).unwrap();
     let k = program.kernel("fill").unwrap();
     let buf = device.alloc_buffer(4 * 12).unwrap();
-    program
-        .launch(
-            k,
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe {
+        program.launch(
+            &k,
             &LaunchDims {
                 grid: [2, 1, 1],
                 block: [3, 2, 1],
@@ -130,7 +131,8 @@ fn images_for_the_new_backend_are_routed_to_it() {
             },
             &[KernelArg::U32(100), KernelArg::Ptr(buf.ptr())],
         )
-        .unwrap();
+    }
+    .unwrap();
     let mut raw = vec![0u8; 48];
     buf.read(&mut raw).unwrap();
     let got: Vec<u32> = raw
@@ -145,18 +147,16 @@ fn images_for_the_new_backend_are_routed_to_it() {
 
     // A panic inside a plugin call is an error; the process and the plugin survive.
     let p = program.kernel("panic").unwrap();
-    let e = program
-        .launch(p, &LaunchDims::linear(1, 1), &[])
-        .unwrap_err();
+    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
+    let e = unsafe { program.launch(&p, &LaunchDims::linear(1, 1), &[]) }.unwrap_err();
     assert!(matches!(e, Error::PluginPanic(_)), "{e:?}");
     assert!(
         e.to_string()
             .contains("testdev kernel 'panic' was launched"),
         "{e}"
     );
-    program
-        .launch(k, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())])
-        .unwrap();
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe { program.launch(&k, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())]) }.unwrap();
 
     // Through the command as well.
     let dir = scratch("testdev-run");
@@ -269,11 +269,14 @@ fn word_arguments_go_only_to_plugins_that_speak_abi_1_4() {
         let program = device.load(&image).unwrap();
         let k = program.kernel("fill").unwrap();
         let buf = device.alloc_buffer(16).unwrap();
-        let r = program.launch(
-            k,
-            &LaunchDims::linear(1, 4),
-            &[KernelArg::U32(7), KernelArg::Word(buf.ptr().0)],
-        );
+        // SAFETY: the testdev plugin's fill kernel writes 4 u32s into the 16-byte buffer (or refuses words).
+        let r = unsafe {
+            program.launch(
+                &k,
+                &LaunchDims::linear(1, 4),
+                &[KernelArg::U32(7), KernelArg::Word(buf.ptr().0)],
+            )
+        };
         let mut raw = vec![0u8; 16];
         buf.read(&mut raw).unwrap();
         (r, raw)
@@ -363,8 +366,8 @@ fn handles_are_bound_to_their_owner() {
     let ka = a.kernel("fill").unwrap();
     let buf = d0.alloc_buffer(64).unwrap();
     // A kernel of program A launched as program B's.
-    let e = b
-        .launch(ka, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())])
+    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
+    let e = unsafe { b.launch(&ka, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())]) }
         .unwrap_err();
     assert!(e.to_string().contains("belongs to program"), "{e}");
     let (r0, r1) = (d0.raw(), d1.raw());
@@ -393,8 +396,9 @@ fn handles_are_bound_to_their_owner() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("is a program handle"), "{e}");
-    // Handles after unload, destroy and free.
-    let kb = b.kernel("fill").unwrap();
+    // Handles after unload, destroy and free (a `Kernel` keeps its program loaded: only its
+    // handle is kept here).
+    let kb = b.kernel("fill").unwrap().handle();
     let b_handle = b.handle();
     drop(b);
     let e = r0.kernel(b_handle, "fill").unwrap_err().to_string();
@@ -404,7 +408,7 @@ fn handles_are_bound_to_their_owner() {
     );
     let e = r0
         .launch(
-            kb.handle(),
+            kb,
             &LaunchDims::linear(1, 1),
             &[KernelArg::Ptr(buf.ptr())],
             None,
@@ -431,8 +435,8 @@ fn handles_are_bound_to_their_owner() {
     // Memory of device 0 passed to a launch, or freed, on device 1.
     let p1 = d1.load(&image).unwrap();
     let k1 = p1.kernel("fill").unwrap();
-    let e = p1
-        .launch(k1, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())])
+    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
+    let e = unsafe { p1.launch(&k1, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())]) }
         .unwrap_err()
         .to_string();
     assert!(
@@ -449,11 +453,14 @@ fn handles_are_bound_to_their_owner() {
             .contains("double free")
     );
     // The right combinations still work.
-    a.launch(
-        ka,
-        &LaunchDims::linear(1, 4),
-        &[KernelArg::U32(1), KernelArg::Ptr(buf.ptr())],
-    )
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe {
+        a.launch(
+            &ka,
+            &LaunchDims::linear(1, 4),
+            &[KernelArg::U32(1), KernelArg::Ptr(buf.ptr())],
+        )
+    }
     .unwrap();
 }
 

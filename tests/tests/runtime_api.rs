@@ -33,9 +33,10 @@ fn eight_threads_launching_concurrently_on_one_device_all_get_correct_results() 
                 for round in 0..5 {
                     dx.write(&f32_bytes(&x)).unwrap();
                     dy.write(&f32_bytes(&y)).unwrap();
-                    program
-                        .launch(
-                            kernel,
+                    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+                    unsafe {
+                        program.launch(
+                            &kernel,
                             &LaunchDims::linear(n.div_ceil(128) as u32, 128),
                             &[
                                 KernelArg::I32(n as i32),
@@ -44,7 +45,8 @@ fn eight_threads_launching_concurrently_on_one_device_all_get_correct_results() 
                                 KernelArg::Ptr(dy.ptr()),
                             ],
                         )
-                        .unwrap();
+                    }
+                    .unwrap();
                     let got = read_f32(&dy, n);
                     for i in 0..n {
                         assert_eq!(
@@ -140,16 +142,16 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
             KernelArg::Ptr(offload::DevicePtr(p)),
         ]
     };
-    let e = program
-        .launch(kernel, &LaunchDims::linear(1, 16), &args(0xdead_0000))
+    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
+    let e = unsafe { program.launch(&kernel, &LaunchDims::linear(1, 16), &args(0xdead_0000)) }
         .unwrap_err();
     assert!(e.to_string().contains("argument 3"), "{e}");
-    let e = program
-        .launch(kernel, &LaunchDims::linear(0, 16), &args(buf.ptr().0))
+    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
+    let e = unsafe { program.launch(&kernel, &LaunchDims::linear(0, 16), &args(buf.ptr().0)) }
         .unwrap_err();
     assert!(e.to_string().contains("grid dimension x is 0"), "{e}");
-    let e = program
-        .launch(kernel, &LaunchDims::linear(1, 2048), &args(buf.ptr().0))
+    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
+    let e = unsafe { program.launch(&kernel, &LaunchDims::linear(1, 2048), &args(buf.ptr().0)) }
         .unwrap_err();
     assert!(e.to_string().contains("at most 1024"), "{e}");
     assert!(buf.write(&[0u8; 65]).is_err());
@@ -338,9 +340,10 @@ fn typed_buffers_carry_their_element_type_and_length() {
     let so = std::fs::read(host_kernel("saxpy")).unwrap();
     let program = device.load(&so).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
-    program
-        .launch(
-            saxpy,
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe {
+        program.launch(
+            &saxpy,
             &LaunchDims::for_elems(1000, 256).unwrap(),
             &[
                 KernelArg::I32(1000),
@@ -349,7 +352,8 @@ fn typed_buffers_carry_their_element_type_and_length() {
                 dy.arg(),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     let y = dy.to_vec().unwrap();
     assert!(
         y.iter()
@@ -471,10 +475,11 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     let (a, b) = (device.queue().unwrap(), device.queue().unwrap());
     a.upload(&dx, vec![2.0; n]).unwrap();
     a.upload(&dy, (0..n).map(|i| i as f32).collect()).unwrap();
-    program
-        .launch_on(
+    // SAFETY: the buffers are as long as the kernel touches for these arguments.
+    unsafe {
+        program.launch_on(
             &a,
-            saxpy,
+            &saxpy,
             &LaunchDims::for_elems(n as u64, 256).unwrap(),
             &[
                 KernelArg::I32(n as i32),
@@ -483,7 +488,8 @@ fn queues_and_events_order_work_and_own_what_they_need() {
                 dy.arg(),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     let done = a.record().unwrap();
     b.wait(&done).unwrap();
     b.copy(&out, &dy).unwrap();
@@ -497,8 +503,8 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     let other = offload::Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None);
     let other = other.device("testdev", 0).unwrap();
     let q = other.queue().unwrap();
-    let e = program
-        .launch_on(&q, saxpy, &LaunchDims::linear(1, 1), &[])
+    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
+    let e = unsafe { program.launch_on(&q, &saxpy, &LaunchDims::linear(1, 1), &[]) }
         .unwrap_err()
         .to_string();
     assert!(e.contains("another device"), "{e}");

@@ -5,31 +5,40 @@
 //! serves its ELF machine and then to a compatible device.
 //!
 //! ```no_run
-//! use offload::{KernelArg, LaunchDims, Runtime};
+//! use offload::{LaunchDims, Runtime};
 //! # fn main() -> offload::Result<()> {
-//! // `void saxpy(int n, float a, const float *x, float *y)`, built with the kernel header.
+//! // saxpy.so: built from
+//! //   OFFLOAD_KERNEL void saxpy(int n, float a, const float *x, float *y) { ... }
+//! //   OFFLOAD_PARAMS(saxpy, int n, float a, const float x[n], float y[n]);
 //! let rt = Runtime::builder().build()?; // fails, naming where it looked, if no plugin is found
 //! let device = rt.default_device()?; // a GPU if there is one, else the host; or device_by_spec("cuda:1")
-//! let image = std::fs::read("saxpy.so")?;
-//! let program = device.load(&image)?;
-//! let saxpy = program.kernel("saxpy")?;
+//! let program = device.load(&std::fs::read("saxpy.so")?)?;
 //! let x: Vec<f32> = (0..1024).map(|i| i as f32).collect();
 //! let dx = device.upload(&x)?;
-//! let dy = device.alloc::<f32>(x.len())?;
+//! let mut dy = device.alloc::<f32>(x.len())?;
 //! dy.fill(1.0)?;
-//! program.launch(
-//!     saxpy,
-//!     &LaunchDims::for_elems(x.len() as u64, 256)?,
-//!     &[KernelArg::I32(1024), KernelArg::F32(2.0), dx.arg(), dy.arg()],
-//! )?;
+//! program
+//!     .kernel("saxpy")?
+//!     .launch(LaunchDims::for_elems(x.len() as u64, 256)?)
+//!     .arg(x.len() as i32)
+//!     .arg(2.0f32)
+//!     .arg(&dx)
+//!     .arg(&mut dy)
+//!     .run()?; // checked: a buffer shorter than n is refused, naming the parameter
 //! let y: Vec<f32> = dy.to_vec()?;
 //! # Ok(()) }
 //! ```
 
+mod buffer;
 pub mod diagnostics;
 mod discovery;
+mod launch;
 mod queue;
 mod runtime;
+
+pub use buffer::{BufferView, BufferViewMut};
+pub use launch::{KernelArgument, Launch, LaunchQueue};
+pub use offload_core::params::{CType, KernelParams, Param, ParamKind, Pointer};
 
 pub use discovery::{
     ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs, dirs_beside,
@@ -40,7 +49,7 @@ pub use offload_core::{
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
 pub use offload_jit_client::DiskMode;
-pub use queue::{Event, Queue};
+pub use queue::{Event, Queue, QueueScope};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, ENV_DEFAULT_DEVICE, Kernel, PluginSlot, PluginStatus,
     Program, Runtime, RuntimeBuilder, jit_client,

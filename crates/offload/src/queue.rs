@@ -6,13 +6,18 @@
 //! operation on a buffer (a read, a write, a synchronous launch) first waits for the queued work
 //! that uses that buffer, on any queue, so it never sees memory from before that work, nor
 //! changes it under that work. Buffers a queued operation uses stay alive until it has run,
-//! even if they are dropped first. Host memory given to a queued copy is owned by the queue
-//! until [`Queue::synchronize`] (or the queue's drop) has seen the copy run.
+//! even if they are dropped first. Host memory given to a queued copy is either owned by the
+//! queue until [`Queue::synchronize`] (or the queue's drop) has seen the copy run
+//! ([`Queue::upload`]), or borrowed for a [`Queue::scope`], which synchronises the queue before
+//! it returns, so the borrow checker keeps the memory alive and unchanged while the queue may
+//! use it.
 
-use crate::{Device, DeviceBuffer, DeviceCopy};
+use crate::buffer::{BufferView, bytes_of};
+use crate::{Device, DeviceCopy};
 use offload_core::sync::lock;
 use offload_core::{EventHandle, QueueHandle, Result};
 use std::any::Any;
+use std::marker::PhantomData;
 use std::sync::Mutex;
 
 /// An in-order queue of a device ([`Device::queue`]). Dropping it waits for its work.
@@ -65,9 +70,14 @@ impl Queue {
         r
     }
 
-    /// Enqueues a copy of `data` to the start of `buf` (an error if it does not fit). The
-    /// queue owns `data` until it has been synchronised.
-    pub fn upload<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, data: Vec<T>) -> Result<()> {
+    /// Enqueues a copy of `data` to the start of `buf` (a buffer or view; an error if it does
+    /// not fit). The queue owns `data` until it has been synchronised.
+    pub fn upload<'b, T: DeviceCopy>(
+        &self,
+        buf: impl Into<BufferView<'b, T>>,
+        data: Vec<T>,
+    ) -> Result<()> {
+        let buf = buf.into();
         self.check_device(buf.device_identity(), "upload")?;
         buf.check_len(data.len(), "queued upload")?;
         let bytes = std::mem::size_of_val(data.as_slice());
@@ -86,8 +96,14 @@ impl Queue {
         Ok(())
     }
 
-    /// Enqueues a device-to-device copy of all of `src` to the start of `dst`.
-    pub fn copy<T: DeviceCopy>(&self, dst: &DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
+    /// Enqueues a device-to-device copy of all of `src` to the start of `dst` (buffers or
+    /// views).
+    pub fn copy<'d, 's, T: DeviceCopy>(
+        &self,
+        dst: impl Into<BufferView<'d, T>>,
+        src: impl Into<BufferView<'s, T>>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.into(), src.into());
         self.check_device(dst.device_identity(), "copy")?;
         self.check_device(src.device_identity(), "copy")?;
         dst.check_len(src.len(), "queued copy")?;
@@ -112,6 +128,39 @@ impl Queue {
     pub fn wait(&self, event: &Event) -> Result<()> {
         self.check_device(event.device.identity(), "wait")?;
         self.device.raw().event_wait(event.handle, self.handle)
+    }
+
+    /// Runs `f` with a scope in which queued copies may borrow host memory, and launches
+    /// ([`crate::Launch::run_on`]) keep their buffers borrowed: the queue is synchronised
+    /// before `scope` returns (also when `f` fails or panics), so nothing borrowed for the
+    /// scope can be dropped, moved or changed while the queue may still use it. The result is
+    /// `f`'s, or the queue's first error.
+    pub fn scope<'env, F, R>(&'env self, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope QueueScope<'scope, 'env>) -> Result<R>,
+    {
+        struct SyncOnExit<'q>(&'q Queue, bool);
+        impl Drop for SyncOnExit<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    // Unwinding or after an early return: the work must still finish before
+                    // the borrowed memory is released.
+                    let _ = self.0.synchronize();
+                }
+            }
+        }
+        let mut guard = SyncOnExit(self, false);
+        let scope = QueueScope {
+            queue: self,
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        let r = f(&scope);
+        guard.1 = true;
+        let synced = self.synchronize();
+        let r = r?;
+        synced?;
+        Ok(r)
     }
 
     fn check_device(&self, identity: usize, what: &str) -> Result<()> {
@@ -159,5 +208,92 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         let _ = self.device.raw().event_destroy(self.handle);
+    }
+}
+
+/// A [`Queue::scope`]: queued operations that borrow host memory and buffers until the scope's
+/// end. `'scope` is the scope's own lifetime, `'env` that of what it borrows from outside.
+pub struct QueueScope<'scope, 'env: 'scope> {
+    queue: &'env Queue,
+    // Invariant in both, as `std::thread::Scope` is: a borrow for 'scope cannot be shortened.
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl std::fmt::Debug for QueueScope<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "scope of {:?}", self.queue)
+    }
+}
+
+impl<'scope> QueueScope<'scope, '_> {
+    /// The queue.
+    pub fn queue(&self) -> &Queue {
+        self.queue
+    }
+
+    /// Enqueues a copy of `src` to the start of `dst` (a buffer or view; an error if it does
+    /// not fit); `src` stays borrowed until the scope's end.
+    pub fn write<T: DeviceCopy>(
+        &'scope self,
+        dst: impl Into<BufferView<'scope, T>>,
+        src: &'scope [T],
+    ) -> Result<()> {
+        let dst = dst.into();
+        self.queue.check_device(dst.device_identity(), "write")?;
+        dst.check_len(src.len(), "queued write")?;
+        let bytes = bytes_of(src);
+        // SAFETY: `src` is borrowed for 'scope, and the scope synchronises the queue before it
+        // ends, so the memory is live and unchanged until the copy has run.
+        unsafe {
+            dst.device().copy_to_device(
+                dst.ptr(),
+                bytes.as_ptr(),
+                bytes.len(),
+                Some(self.queue.handle),
+            )
+        }
+    }
+
+    /// Enqueues a copy of the start of `src` (a buffer or view) into `dst`, which stays
+    /// borrowed until the scope's end (an error if `dst` is longer than `src`).
+    pub fn read<T: DeviceCopy>(
+        &'scope self,
+        dst: &'scope mut [T],
+        src: impl Into<BufferView<'scope, T>>,
+    ) -> Result<()> {
+        let src = src.into();
+        self.queue.check_device(src.device_identity(), "read")?;
+        src.check_len(dst.len(), "queued read")?;
+        let bytes = std::mem::size_of_val(dst);
+        // SAFETY: `dst` is borrowed exclusively for 'scope, which synchronises the queue before
+        // it ends; `T` is plain data, so any bytes the copy writes make valid values.
+        unsafe {
+            src.device().copy_from_device(
+                dst.as_mut_ptr().cast::<u8>(),
+                src.ptr(),
+                bytes,
+                Some(self.queue.handle),
+            )
+        }
+    }
+
+    /// Enqueues a device-to-device copy of all of `src` to the start of `dst`.
+    pub fn copy<T: DeviceCopy>(
+        &'scope self,
+        dst: impl Into<BufferView<'scope, T>>,
+        src: impl Into<BufferView<'scope, T>>,
+    ) -> Result<()> {
+        self.queue.copy(dst, src)
+    }
+
+    /// [`Queue::record`].
+    pub fn record(&self) -> Result<Event> {
+        self.queue.record()
+    }
+
+    /// [`Queue::wait`].
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.queue.wait(event)
     }
 }

@@ -6,13 +6,17 @@ use offload_core::abi::AbiJitService;
 use offload_core::abi::loader::{LoadedPlugin, jit_service_table};
 use offload_core::image::{ElfEndian, machine};
 use offload_core::{
-    DeviceInfo, DevicePtr, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg, KernelHandle,
+    DeviceInfo, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg, KernelHandle,
     LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, classify,
 };
 use offload_jit_client::{JitClient, JitConfig};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+
+pub use crate::buffer::{DeviceBuffer, DeviceCopy};
+use offload_core::params::{KernelParams, MAX_PARAMS_TEXT, PARAMS_PREFIX};
+use offload_core::sync::lock;
 
 /// The process's JIT client: one per process, shared by every runtime and every plugin, so a
 /// process has at most one JIT worker and one cache. Made on first use; it starts nothing until
@@ -844,9 +848,11 @@ impl Device {
         .entered();
         let handle = self.inner.load_image(image)?;
         Ok(Program {
-            device: self.clone(),
-            handle,
-            names: Mutex::default(),
+            inner: Arc::new(ProgramInner {
+                device: self.clone(),
+                handle,
+                kernels: Mutex::default(),
+            }),
         })
     }
 
@@ -873,12 +879,7 @@ impl Device {
             })? as u64;
         let ptr = self.inner.alloc(size, MemoryKind::Device)?;
         tracing::info!(target: "offload::memory", device = %self, "allocated {size} bytes at {ptr} on {self}");
-        Ok(DeviceBuffer {
-            device: self.inner.clone(),
-            ptr,
-            len,
-            _t: std::marker::PhantomData,
-        })
+        Ok(DeviceBuffer::from_raw(self.inner.clone(), ptr, len))
     }
 
     /// A queue of this device: work enqueued on it runs in order, asynchronously to the
@@ -895,105 +896,183 @@ impl Device {
     }
 }
 
-/// A loaded image.
+/// A loaded image; it is unloaded when the `Program` and every [`Kernel`] of it are dropped.
 #[derive(Debug)]
 pub struct Program {
+    inner: Arc<ProgramInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ProgramInner {
     device: Device,
     handle: ProgramHandle,
-    /// Kernel names by handle, for diagnostics.
-    names: Mutex<HashMap<u64, String>>,
+    /// What was found about each kernel looked up, by handle.
+    kernels: Mutex<HashMap<u64, KernelMeta>>,
+}
+
+#[derive(Debug, Clone)]
+struct KernelMeta {
+    name: Arc<str>,
+    params: Option<Arc<std::result::Result<KernelParams, String>>>,
+}
+
+impl Drop for ProgramInner {
+    fn drop(&mut self) {
+        let _ = self.device.inner.unload_image(self.handle);
+    }
 }
 
 impl Program {
     /// The device it is loaded on.
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.inner.device
     }
 
     /// The plugin's handle.
     pub fn handle(&self) -> ProgramHandle {
-        self.handle
+        self.inner.handle
     }
 
-    /// Looks up a kernel. The [`Kernel`] is bound to this program: launching it through
+    /// Looks up a kernel, and the parameter list `OFFLOAD_PARAMS` recorded for it (see
+    /// [`Kernel::params`]). The [`Kernel`] keeps this program loaded; launching it through
     /// another program is an error.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
-        let handle = self.device.inner.kernel(self.handle, name)?;
-        self.names
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(handle.0, name.to_string());
+        let p = &self.inner;
+        let handle = p.device.inner.kernel(p.handle, name)?;
+        let known = lock(&p.kernels).get(&handle.0).cloned();
+        let meta = match known {
+            Some(m) if &*m.name == name => m,
+            _ => {
+                let meta = KernelMeta {
+                    name: name.into(),
+                    params: self.read_params(name).map(Arc::new),
+                };
+                lock(&p.kernels).insert(handle.0, meta.clone());
+                meta
+            }
+        };
         Ok(Kernel {
+            program: p.clone(),
             handle,
-            program: self.handle,
-            device: self.device.identity(),
+            name: meta.name,
+            params: meta.params,
         })
     }
 
-    fn kernel_name(&self, k: KernelHandle) -> String {
-        self.names
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&k.0)
-            .cloned()
-            .unwrap_or_else(|| format!("{:#x}", k.0))
+    /// The `OFFLOAD_PARAMS` record of `kernel`, if the image has one: `Err` when it is there
+    /// but cannot be read or parsed (a checked launch reports it).
+    fn read_params(&self, kernel: &str) -> Option<std::result::Result<KernelParams, String>> {
+        let p = &self.inner;
+        let symbol = format!("{PARAMS_PREFIX}{kernel}");
+        let g = p.device.inner.global(p.handle, &symbol).ok()?;
+        Some((|| {
+            if g.size == 0 || g.size > MAX_PARAMS_TEXT {
+                return Err(format!(
+                    "{symbol} is {} bytes; a parameter record is 1 to {MAX_PARAMS_TEXT}",
+                    g.size
+                ));
+            }
+            let mut bytes = vec![0u8; g.size as usize];
+            p.device
+                .inner
+                .read(&mut bytes, g.ptr)
+                .map_err(|e| format!("{symbol} could not be read: {e}"))?;
+            let text = bytes.split(|b| *b == 0).next().unwrap_or_default();
+            let text = std::str::from_utf8(text)
+                .map_err(|e| format!("{symbol} is not UTF-8 text: {e}"))?;
+            KernelParams::parse(text).map_err(|e| format!("{symbol} \"{text}\": {e}"))
+        })())
     }
 
-    /// Launches a kernel of this program synchronously.
-    pub fn launch(&self, kernel: Kernel, dims: &LaunchDims, args: &[KernelArg]) -> Result<()> {
-        self.launch_inner(kernel, dims, args, None)
-    }
-
-    /// Enqueues a launch on `queue` (a queue of this program's device): it runs after the
-    /// queue's earlier work; the buffers it uses stay alive until it has run.
-    pub fn launch_on(
+    /// Launches a kernel of this program synchronously, with arguments as they are: the
+    /// device API's launch. Prefer [`Kernel::launch`], which checks the arguments against the
+    /// kernel's parameters.
+    ///
+    /// # Safety
+    /// Only the layer's checks apply: the launch shape, and on the host backend that pointer
+    /// arguments point into live allocations of the device (and the argument types, for
+    /// kernels with an `OFFLOAD_SIGNATURE`). Nothing checks how far the kernel reads or writes
+    /// from a pointer: the caller must make sure that every buffer is as long as the kernel
+    /// will touch for these arguments, and that no other work uses memory the kernel writes.
+    pub unsafe fn launch(
         &self,
-        queue: &crate::Queue,
-        kernel: Kernel,
+        kernel: &Kernel,
         dims: &LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
+        self.check_kernel(kernel)?;
+        self.inner.launch(kernel, dims, args, None)
+    }
+
+    /// Enqueues a launch on `queue` (a queue of this program's device), as
+    /// [`Program::launch`] does: it runs after the queue's earlier work; the buffers it uses
+    /// stay alive until it has run.
+    ///
+    /// # Safety
+    /// As for [`Program::launch`].
+    pub unsafe fn launch_on(
+        &self,
+        queue: &crate::Queue,
+        kernel: &Kernel,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        self.check_kernel(kernel)?;
+        self.inner.check_queue(queue)?;
+        self.inner.launch(kernel, dims, args, Some(queue.handle()))
+    }
+
+    fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
+        if !Arc::ptr_eq(&kernel.program, &self.inner) {
+            return Err(Error::InvalidArgument(format!(
+                "{kernel:?} belongs to program {:#x}{}, not to program {:#x} on {}",
+                kernel.program.handle.0,
+                if kernel.program.device.identity() == self.inner.device.identity() {
+                    String::new()
+                } else {
+                    format!(" of {}", kernel.program.device)
+                },
+                self.inner.handle.0,
+                self.inner.device
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ProgramInner {
+    pub(crate) fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub(crate) fn check_queue(&self, queue: &crate::Queue) -> Result<()> {
         if queue.device_identity() != self.device.identity() {
             return Err(Error::InvalidArgument(format!(
                 "{queue:?} is a queue of another device than {} (this program's)",
                 self.device
             )));
         }
-        self.launch_inner(kernel, dims, args, Some(queue.handle()))
+        Ok(())
     }
 
-    fn launch_inner(
+    pub(crate) fn launch(
         &self,
-        kernel: Kernel,
+        kernel: &Kernel,
         dims: &LaunchDims,
         args: &[KernelArg],
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        if kernel.program != self.handle || kernel.device != self.device.identity() {
-            return Err(Error::InvalidArgument(format!(
-                "kernel {:#x} belongs to program {:#x}{}, not to program {:#x} on {}",
-                kernel.handle.0,
-                kernel.program.0,
-                if kernel.device == self.device.identity() {
-                    String::new()
-                } else {
-                    " of another device".to_string()
-                },
-                self.handle.0,
-                self.device
-            )));
-        }
         let _span = tracing::info_span!(
             target: "offload::launch",
             "kernel launch",
-            kernel = %self.kernel_name(kernel.handle),
+            kernel = %kernel.name,
             device = %self.device,
             grid = ?dims.grid,
             block = ?dims.block,
             shared_mem = dims.shared_mem_bytes,
             args = ?args,
             "kernel '{}' on {}, grid {}x{}x{}, block {}x{}x{}, {} bytes of dynamic shared memory",
-            self.kernel_name(kernel.handle),
+            kernel.name,
             self.device,
             dims.grid[0], dims.grid[1], dims.grid[2],
             dims.block[0], dims.block[1], dims.block[2],
@@ -1004,12 +1083,24 @@ impl Program {
     }
 }
 
-/// A kernel of a [`Program`], bound to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A kernel of a [`Program`]; it keeps the program loaded. [`Kernel::launch`] starts a launch
+/// whose arguments are checked against the kernel's parameters.
+#[derive(Clone)]
 pub struct Kernel {
-    handle: KernelHandle,
-    program: ProgramHandle,
-    device: usize,
+    pub(crate) program: Arc<ProgramInner>,
+    pub(crate) handle: KernelHandle,
+    pub(crate) name: Arc<str>,
+    pub(crate) params: Option<Arc<std::result::Result<KernelParams, String>>>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Kernel('{}' {:#x} on {})",
+            self.name, self.handle.0, self.program.device
+        )
+    }
 }
 
 impl Kernel {
@@ -1017,182 +1108,17 @@ impl Kernel {
     pub fn handle(&self) -> KernelHandle {
         self.handle
     }
-}
 
-impl Drop for Program {
-    fn drop(&mut self) {
-        let _ = self.device.inner.unload_image(self.handle);
-    }
-}
-
-/// Plain data that can live in device memory and cross to and from the host as its bytes.
-///
-/// # Safety
-/// Implement it only for `Copy` types without padding bytes, for which every bit pattern (all
-/// zeros included) is a valid value and that hold no pointers or references: their bytes are
-/// copied as they are, and device memory comes back as whatever the kernel left.
-/// Integers, floats and arrays of them are (implemented here).
-pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
-
-macro_rules! device_copy {
-    ($($t:ty),*) => { $(
-        // SAFETY: every bit pattern is a valid value; no pointers.
-        unsafe impl DeviceCopy for $t {}
-    )* };
-}
-device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, f32, f64);
-// SAFETY: an array of plain data is plain data.
-unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
-
-/// `len` elements of `T` in device memory, freed when dropped. `DeviceBuffer` alone is a
-/// buffer of bytes ([`Device::alloc_buffer`]); [`Device::alloc`] and [`Device::upload`] make
-/// typed ones. Reads and writes check lengths and return an error, never panic.
-pub struct DeviceBuffer<T: DeviceCopy = u8> {
-    device: Arc<dyn GenericDevice>,
-    ptr: DevicePtr,
-    len: usize,
-    _t: std::marker::PhantomData<T>,
-}
-
-impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "DeviceBuffer<{}>({}, {} elements)",
-            std::any::type_name::<T>(),
-            self.ptr,
-            self.len
-        )
-    }
-}
-
-fn bytes_of<T: DeviceCopy>(data: &[T]) -> &[u8] {
-    // SAFETY: `T` is plain data (`DeviceCopy`): its bytes may be read; the length is the
-    // slice's size in bytes.
-    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
-}
-
-fn bytes_of_mut<T: DeviceCopy>(data: &mut [T]) -> &mut [u8] {
-    // SAFETY: `T` is plain data: any bytes written make valid values; exclusive borrow.
-    unsafe {
-        std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))
-    }
-}
-
-impl<T: DeviceCopy> DeviceBuffer<T> {
-    /// The device address.
-    pub fn ptr(&self) -> DevicePtr {
-        self.ptr
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    /// As a kernel argument (`T *` in the kernel).
-    pub fn arg(&self) -> KernelArg {
-        KernelArg::Ptr(self.ptr)
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it holds no element.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Size in bytes.
-    pub fn size(&self) -> u64 {
-        (self.len * std::mem::size_of::<T>()) as u64
-    }
-
-    pub(crate) fn device_identity(&self) -> usize {
-        Arc::as_ptr(&self.device) as *const () as usize
-    }
-
-    pub(crate) fn check_len(&self, len: usize, what: &str) -> Result<()> {
-        if len > self.len {
-            return Err(Error::InvalidArgument(format!(
-                "{what} of {len} elements ({} bytes) does not fit a buffer of {} elements of \
-                 {} ({} bytes)",
-                len * std::mem::size_of::<T>(),
-                self.len,
-                std::any::type_name::<T>(),
-                self.size()
-            )));
-        }
-        Ok(())
-    }
-
-    /// Copies `data` to the start of the buffer (an error if it is longer).
-    pub fn write(&self, data: &[T]) -> Result<()> {
-        self.check_len(data.len(), "write")?;
-        let bytes = bytes_of(data);
-        let _span = tracing::info_span!(target: "offload::copy", "copy to device",
-            bytes = bytes.len(), to = %self.ptr, "{} bytes host -> device {}", bytes.len(), self.ptr)
-        .entered();
-        self.device.write(self.ptr, bytes)
-    }
-
-    /// Copies the start of the buffer into `out` (an error if it is longer).
-    pub fn read(&self, out: &mut [T]) -> Result<()> {
-        self.check_len(out.len(), "read")?;
-        let bytes = bytes_of_mut(out);
-        let _span = tracing::info_span!(target: "offload::copy", "copy to host",
-            bytes = bytes.len(), from = %self.ptr, "{} bytes device {} -> host", bytes.len(), self.ptr)
-        .entered();
-        self.device.read(bytes, self.ptr)
-    }
-
-    /// The whole buffer, on the host.
-    pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut out = Vec::new();
-        out.try_reserve_exact(self.len).map_err(|_| {
-            Error::OutOfMemory(format!("{} host bytes for a copy of {self:?}", self.size()))
-        })?;
-        // SAFETY: `T` is plain data (`DeviceCopy`): all-zero bytes are a valid value. (Zeroed
-        // rather than left uninitialised: a reference to uninitialised values is not allowed
-        // even for plain data.)
-        out.resize(self.len, unsafe { std::mem::zeroed::<T>() });
-        self.read(&mut out)?;
-        Ok(out)
-    }
-
-    /// Sets every element to `value`.
-    pub fn fill(&self, value: T) -> Result<()> {
-        // In chunks of at most 1 MiB of host memory.
-        let per = (1usize << 20) / std::mem::size_of::<T>().max(1);
-        let chunk = vec![value; per.clamp(1, self.len.max(1))];
-        let mut done = 0;
-        while done < self.len {
-            let n = chunk.len().min(self.len - done);
-            let at = DevicePtr(self.ptr.0 + (done * std::mem::size_of::<T>()) as u64);
-            self.device.write(at, bytes_of(&chunk[..n]))?;
-            done += n;
-        }
-        Ok(())
-    }
-
-    /// Copies all of `src` (a buffer of the same device) to the start of this one, on the
-    /// device.
-    pub fn copy_from(&self, src: &DeviceBuffer<T>) -> Result<()> {
-        self.check_len(src.len, "copy")?;
-        if !Arc::ptr_eq(&self.device, &src.device) {
-            return Err(Error::InvalidArgument(format!(
-                "copy from {src:?} to {self:?}: the buffers are on different devices (copy \
-                 through the host with to_vec and write)"
-            )));
-        }
-        let _span = tracing::info_span!(target: "offload::copy", "copy device to device",
-            bytes = src.size(), "{} bytes device {} -> device {}", src.size(), src.ptr, self.ptr)
-        .entered();
-        self.device
-            .copy_device_to_device(self.ptr, src.ptr, src.size(), None)
-    }
-}
-
-impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
-    fn drop(&mut self) {
-        tracing::info!(target: "offload::memory", "freed {} bytes at {}", self.size(), self.ptr);
-        let _ = self.device.free(self.ptr);
+    /// The parameter list `OFFLOAD_PARAMS(kernel, ...)` recorded in the image: `None` if the
+    /// image has none, `Some(Err)` with the reason when it has one that is not readable.
+    pub fn params(&self) -> Option<std::result::Result<&KernelParams, &str>> {
+        self.params
+            .as_deref()
+            .map(|r| r.as_ref().map_err(String::as_str))
     }
 }

@@ -625,7 +625,7 @@ impl Rtl {
             .get(img)
             .expect("kernels belong to loaded images")
             .clone();
-        let (kernel, name) = (*kernel, name.clone());
+        let (kernel, name) = (kernel.clone(), name.clone());
         drop(st);
         messages::plugin_info_line(messages::info::PLUGIN_KERNEL, || {
             format!("Launching kernel {name} with 1 blocks and 1 threads in Generic mode")
@@ -634,8 +634,10 @@ impl Rtl {
         // `~0`: no launch environment (a host kernel never reads it).
         a.push(KernelArg::Word(u64::MAX));
         a.extend_from_slice(args);
-        program
-            .launch(kernel, &LaunchDims::linear(1, 1), &a)
+        // SAFETY: OpenMP's contract, upstream's too: the compiler made the kernel and its
+        // arguments together (the mapped addresses of the region's variables, each mapped at
+        // the size the program states), so the arguments are the kernel's parameters.
+        unsafe { program.launch(&kernel, &LaunchDims::linear(1, 1), &a) }
             .map_err(|e| format!("kernel {name} on device {}: {e}", dev.id))
     }
 }

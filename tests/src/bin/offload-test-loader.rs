@@ -41,7 +41,14 @@ fn main() -> ExitCode {
                         let out = device.alloc_buffer(256).expect("buffer");
                         let result = device.load(image).and_then(|p| {
                             let k = p.kernel("which")?;
-                            p.launch(k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())])
+                            // SAFETY: the buffers are as long as the kernel touches for these arguments.
+                            unsafe {
+                                p.launch(
+                                    &k,
+                                    &LaunchDims::linear(2, 32),
+                                    &[KernelArg::Ptr(out.ptr())],
+                                )
+                            }
                         });
                         let mut raw = vec![0u8; 256];
                         out.read(&mut raw).expect("read back");

@@ -3,7 +3,7 @@
 
 use super::out::outln;
 use super::{Failure, human_bytes, ms_since};
-use offload::{KernelArg, LaunchDims, PluginStatus, Runtime};
+use offload::{LaunchDims, PluginStatus, Runtime};
 use std::time::Instant;
 
 /// The demo kernel (`kernels/saxpy.c`), compiled for this machine by build.rs.
@@ -20,12 +20,6 @@ fn reserve<T>(n: usize, what: &str) -> Result<Vec<T>, Failure> {
         ))
     })?;
     Ok(v)
-}
-
-fn f32_bytes(v: &[f32]) -> Result<Vec<u8>, Failure> {
-    let mut out = reserve(v.len() * 4, "--n")?;
-    out.extend(v.iter().flat_map(|x| x.to_le_bytes()));
-    Ok(out)
 }
 
 pub fn demo(n: u32) -> Result<(), Failure> {
@@ -95,10 +89,8 @@ pub fn demo(n: u32) -> Result<(), Failure> {
     y.extend((0..n).map(|i| 1.0 - (i % 77) as f32));
     let bytes = u64::from(n) * 4;
     let t = Instant::now();
-    let dx = device.alloc_buffer(bytes)?;
-    let dy = device.alloc_buffer(bytes)?;
-    dx.write(&f32_bytes(&x)?)?;
-    dy.write(&f32_bytes(&y)?)?;
+    let dx = device.upload(&x)?;
+    let mut dy = device.upload(&y)?;
     outln!(
         "  copy-in   2 x {}   {:8.3} ms",
         human_bytes(bytes),
@@ -107,16 +99,14 @@ pub fn demo(n: u32) -> Result<(), Failure> {
 
     let dims = LaunchDims::linear(n.div_ceil(BLOCK), BLOCK);
     let t = Instant::now();
-    program.launch(
-        kernel,
-        &dims,
-        &[
-            KernelArg::I32(n as i32),
-            KernelArg::F32(a),
-            KernelArg::Ptr(dx.ptr()),
-            KernelArg::Ptr(dy.ptr()),
-        ],
-    )?;
+    // Checked against the kernel's OFFLOAD_PARAMS record: x and y must hold n floats.
+    kernel
+        .launch(dims)
+        .arg(n as i32)
+        .arg(a)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run()?;
     outln!(
         "  launch    {dims}, {} work items   {:8.3} ms",
         u64::from(n.div_ceil(BLOCK)) * u64::from(BLOCK),
@@ -124,9 +114,9 @@ pub fn demo(n: u32) -> Result<(), Failure> {
     );
 
     let t = Instant::now();
-    let mut out: Vec<u8> = reserve(bytes as usize, "--n")?;
-    out.resize(bytes as usize, 0);
-    dy.read(&mut out)?;
+    let mut got: Vec<f32> = reserve(n as usize, "--n")?;
+    got.resize(n as usize, 0.0);
+    dy.read(&mut got)?;
     outln!(
         "  copy-out  {}   {:8.3} ms",
         human_bytes(bytes),
@@ -134,11 +124,6 @@ pub fn demo(n: u32) -> Result<(), Failure> {
     );
 
     let t = Instant::now();
-    let mut got: Vec<f32> = reserve(n as usize, "--n")?;
-    got.extend(
-        out.chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
-    );
     let is_wrong = |i: &usize| got[*i].to_bits() != (a * x[*i] + y[*i]).to_bits();
     let wrong = (0..n as usize).filter(is_wrong).count();
     outln!(

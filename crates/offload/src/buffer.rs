@@ -1,0 +1,437 @@
+//! Typed device memory: [`DeviceBuffer`] and its views by range, [`BufferView`] and
+//! [`BufferViewMut`], for plain-data element types ([`DeviceCopy`]).
+//!
+//! Every operation checks lengths and ranges and returns an error, never panics. Copies to and
+//! from the host, fills and device-to-device copies work on a whole buffer or on any view; the
+//! same views are kernel arguments ([`crate::Launch::arg`]): a mutable view (or `&mut` buffer)
+//! where the kernel writes, a shared one where it only reads.
+
+use offload_core::params::CType;
+use offload_core::{DevicePtr, Error, GenericDevice, KernelArg, Result};
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+/// Plain data that can live in device memory and cross to and from the host as its bytes.
+///
+/// # Safety
+/// Implement it only for `Copy` types without padding bytes, for which every bit pattern (all
+/// zeros included) is a valid value and that hold no pointers or references: their bytes are
+/// copied as they are, and device memory comes back as whatever the kernel left.
+/// Integers, floats and arrays of them are (implemented here).
+pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {
+    /// The C arithmetic type this is made of and how many of it (`[f32; 4]`: `float`, 4), if
+    /// it is made of one; a checked launch matches it against the kernel's element type.
+    /// Leave it `None` for other types: they pass only unchecked launches.
+    const ELEMENT: Option<(CType, usize)> = None;
+}
+
+macro_rules! device_copy {
+    ($($t:ty => $c:ident),*) => { $(
+        // SAFETY: every bit pattern is a valid value; no pointers.
+        unsafe impl DeviceCopy for $t {
+            const ELEMENT: Option<(CType, usize)> = Some((CType::$c, 1));
+        }
+    )* };
+}
+device_copy!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64 => U64,
+    i64 => I64, f32 => F32, f64 => F64);
+// SAFETY: every bit pattern is a valid value; no pointers. (No C element type is 128 bits.)
+unsafe impl DeviceCopy for u128 {}
+// SAFETY: as for u128.
+unsafe impl DeviceCopy for i128 {}
+// SAFETY: an array of plain data is plain data.
+unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {
+    const ELEMENT: Option<(CType, usize)> = match T::ELEMENT {
+        Some((c, n)) => Some((c, n * N)),
+        None => None,
+    };
+}
+
+pub(crate) fn bytes_of<T: DeviceCopy>(data: &[T]) -> &[u8] {
+    // SAFETY: `T` is plain data (`DeviceCopy`): its bytes may be read; the length is the
+    // slice's size in bytes.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+fn bytes_of_mut<T: DeviceCopy>(data: &mut [T]) -> &mut [u8] {
+    // SAFETY: `T` is plain data: any bytes written make valid values; exclusive borrow.
+    unsafe {
+        std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))
+    }
+}
+
+/// `len` elements of `T` in device memory, freed when dropped. `DeviceBuffer` alone is a
+/// buffer of bytes ([`crate::Device::alloc_buffer`]); [`crate::Device::alloc`] and
+/// [`crate::Device::upload`] make typed ones. Reads and writes check lengths and return an
+/// error, never panic.
+pub struct DeviceBuffer<T: DeviceCopy = u8> {
+    device: Arc<dyn GenericDevice>,
+    ptr: DevicePtr,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer<{}>({}, {} elements)",
+            std::any::type_name::<T>(),
+            self.ptr,
+            self.len
+        )
+    }
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// Takes ownership of an allocation of `len` elements at `ptr` (freed when dropped).
+    pub(crate) fn from_raw(device: Arc<dyn GenericDevice>, ptr: DevicePtr, len: usize) -> Self {
+        DeviceBuffer {
+            device,
+            ptr,
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// As a raw kernel argument (`T *` in the kernel), for [`crate::Program::launch`].
+    pub fn arg(&self) -> KernelArg {
+        KernelArg::Ptr(self.ptr)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        (self.len * std::mem::size_of::<T>()) as u64
+    }
+
+    /// The whole buffer as a view.
+    pub fn view(&self) -> BufferView<'_, T> {
+        BufferView {
+            device: &self.device,
+            ptr: self.ptr,
+            len: self.len,
+            _t: PhantomData,
+        }
+    }
+
+    /// The elements in `range`, for copies and as a kernel argument the kernel only reads (an
+    /// error if the range is not inside the buffer).
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<BufferView<'_, T>> {
+        self.view().slice(range)
+    }
+
+    /// The elements in `range`, as a kernel argument the kernel may write.
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'_, T>> {
+        let view = self.view().slice(range)?;
+        Ok(BufferViewMut {
+            view,
+            _m: PhantomData,
+        })
+    }
+
+    /// Copies `data` to the start of the buffer (an error if it is longer).
+    pub fn write(&self, data: &[T]) -> Result<()> {
+        self.view().write(data)
+    }
+
+    /// Copies the start of the buffer into `out` (an error if it is longer).
+    pub fn read(&self, out: &mut [T]) -> Result<()> {
+        self.view().read(out)
+    }
+
+    /// The whole buffer, on the host.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.view().to_vec()
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill(&self, value: T) -> Result<()> {
+        self.view().fill(value)
+    }
+
+    /// Copies all of `src` (a buffer or view of the same device) to the start of this one, on
+    /// the device.
+    pub fn copy_from<'s>(&self, src: impl Into<BufferView<'s, T>>) -> Result<()> {
+        self.view().copy_from(src)
+    }
+}
+
+impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        tracing::info!(target: "offload::memory", "freed {} bytes at {}", self.size(), self.ptr);
+        let _ = self.device.free(self.ptr);
+    }
+}
+
+/// A range of a [`DeviceBuffer`] ([`DeviceBuffer::slice`]): an end of copies, and a kernel
+/// argument the kernel only reads. Its operations are those of a buffer, on the range.
+pub struct BufferView<'a, T: DeviceCopy> {
+    device: &'a Arc<dyn GenericDevice>,
+    ptr: DevicePtr,
+    len: usize,
+    _t: PhantomData<&'a [T]>,
+}
+
+impl<T: DeviceCopy> Clone for BufferView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: DeviceCopy> Copy for BufferView<'_, T> {}
+
+impl<T: DeviceCopy> std::fmt::Debug for BufferView<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "BufferView<{}>({}, {} elements)",
+            std::any::type_name::<T>(),
+            self.ptr,
+            self.len
+        )
+    }
+}
+
+impl<'a, T: DeviceCopy> From<&'a DeviceBuffer<T>> for BufferView<'a, T> {
+    fn from(b: &'a DeviceBuffer<T>) -> Self {
+        b.view()
+    }
+}
+
+impl<'a, T: DeviceCopy> From<&'a mut DeviceBuffer<T>> for BufferView<'a, T> {
+    fn from(b: &'a mut DeviceBuffer<T>) -> Self {
+        b.view()
+    }
+}
+
+impl<'a, T: DeviceCopy> From<BufferViewMut<'a, T>> for BufferView<'a, T> {
+    fn from(v: BufferViewMut<'a, T>) -> Self {
+        v.view
+    }
+}
+
+impl<'a, T: DeviceCopy> BufferView<'a, T> {
+    /// The device address of its first element.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        (self.len * std::mem::size_of::<T>()) as u64
+    }
+
+    pub(crate) fn device_identity(&self) -> usize {
+        Arc::as_ptr(self.device) as *const () as usize
+    }
+
+    pub(crate) fn device(&self) -> &'a Arc<dyn GenericDevice> {
+        self.device
+    }
+
+    /// The elements in `range` of this view (an error if the range is not inside it).
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<BufferView<'a, T>> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => Some(s),
+            Bound::Excluded(&s) => s.checked_add(1),
+            Bound::Unbounded => Some(0),
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.checked_add(1),
+            Bound::Excluded(&e) => Some(e),
+            Bound::Unbounded => Some(self.len),
+        };
+        match (start, end) {
+            (Some(s), Some(e)) if s <= e && e <= self.len => Ok(BufferView {
+                device: self.device,
+                ptr: DevicePtr(self.ptr.0 + (s * std::mem::size_of::<T>()) as u64),
+                len: e - s,
+                _t: PhantomData,
+            }),
+            _ => Err(Error::InvalidArgument(format!(
+                "the range {:?}..{:?} is not inside {self:?} (elements 0..{})",
+                range.start_bound(),
+                range.end_bound(),
+                self.len
+            ))),
+        }
+    }
+
+    pub(crate) fn check_len(&self, len: usize, what: &str) -> Result<()> {
+        if len > self.len {
+            return Err(Error::InvalidArgument(format!(
+                "{what} of {len} elements ({} bytes) does not fit a buffer of {} elements of {} \
+                 ({} bytes) at {}",
+                len * std::mem::size_of::<T>(),
+                self.len,
+                std::any::type_name::<T>(),
+                self.size(),
+                self.ptr
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `data` to the start of the view (an error if it is longer).
+    pub fn write(&self, data: &[T]) -> Result<()> {
+        self.check_len(data.len(), "write")?;
+        let bytes = bytes_of(data);
+        let _span = tracing::info_span!(target: "offload::copy", "copy to device",
+            bytes = bytes.len(), to = %self.ptr, "{} bytes host -> device {}", bytes.len(), self.ptr)
+        .entered();
+        self.device.write(self.ptr, bytes)
+    }
+
+    /// Copies the start of the view into `out` (an error if it is longer).
+    pub fn read(&self, out: &mut [T]) -> Result<()> {
+        self.check_len(out.len(), "read")?;
+        let bytes = bytes_of_mut(out);
+        let _span = tracing::info_span!(target: "offload::copy", "copy to host",
+            bytes = bytes.len(), from = %self.ptr, "{} bytes device {} -> host", bytes.len(), self.ptr)
+        .entered();
+        self.device.read(bytes, self.ptr)
+    }
+
+    /// The view's elements, on the host.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(self.len).map_err(|_| {
+            Error::OutOfMemory(format!("{} host bytes for a copy of {self:?}", self.size()))
+        })?;
+        // SAFETY: `T` is plain data (`DeviceCopy`): all-zero bytes are a valid value. (Zeroed
+        // rather than left uninitialised: a reference to uninitialised values is not allowed
+        // even for plain data.)
+        out.resize(self.len, unsafe { std::mem::zeroed::<T>() });
+        self.read(&mut out)?;
+        Ok(out)
+    }
+
+    /// Sets every element of the view to `value`.
+    pub fn fill(&self, value: T) -> Result<()> {
+        // In chunks of at most 1 MiB of host memory.
+        let per = (1usize << 20) / std::mem::size_of::<T>().max(1);
+        let chunk = vec![value; per.clamp(1, self.len.max(1))];
+        let mut done = 0;
+        while done < self.len {
+            let n = chunk.len().min(self.len - done);
+            let at = DevicePtr(self.ptr.0 + (done * std::mem::size_of::<T>()) as u64);
+            self.device.write(at, bytes_of(&chunk[..n]))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Copies all of `src` (a buffer or view of the same device) to the start of this view,
+    /// on the device. Overlapping ranges copy as `memmove` does.
+    pub fn copy_from<'s>(&self, src: impl Into<BufferView<'s, T>>) -> Result<()> {
+        let src = src.into();
+        self.check_len(src.len, "copy")?;
+        if !Arc::ptr_eq(self.device, src.device) {
+            return Err(Error::InvalidArgument(format!(
+                "copy from {src:?} to {self:?}: they are on different devices (copy through \
+                 the host with to_vec and write)"
+            )));
+        }
+        if src.len == 0 {
+            return Ok(());
+        }
+        let _span = tracing::info_span!(target: "offload::copy", "copy device to device",
+            bytes = src.size(), "{} bytes device {} -> device {}", src.size(), src.ptr, self.ptr)
+        .entered();
+        self.device
+            .copy_device_to_device(self.ptr, src.ptr, src.size(), None)
+    }
+}
+
+/// A range of a [`DeviceBuffer`] borrowed exclusively ([`DeviceBuffer::slice_mut`]): a kernel
+/// argument the kernel may write, and an end of copies.
+pub struct BufferViewMut<'a, T: DeviceCopy> {
+    view: BufferView<'a, T>,
+    _m: PhantomData<&'a mut [T]>,
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for BufferViewMut<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} (mutable)", self.view)
+    }
+}
+
+impl<'a, T: DeviceCopy> BufferViewMut<'a, T> {
+    /// A shared view of the same range, for as long as this one is borrowed.
+    pub fn view(&self) -> BufferView<'_, T> {
+        self.view
+    }
+
+    /// The device address of its first element.
+    pub fn ptr(&self) -> DevicePtr {
+        self.view.ptr
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.view.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.view.len == 0
+    }
+
+    /// A mutable view of the elements in `range` of this one.
+    pub fn slice_mut(self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'a, T>> {
+        Ok(BufferViewMut {
+            view: self.view.slice(range)?,
+            _m: PhantomData,
+        })
+    }
+
+    /// [`BufferView::write`] on this range.
+    pub fn write(&self, data: &[T]) -> Result<()> {
+        self.view.write(data)
+    }
+
+    /// [`BufferView::read`] on this range.
+    pub fn read(&self, out: &mut [T]) -> Result<()> {
+        self.view.read(out)
+    }
+
+    /// [`BufferView::to_vec`] on this range.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.view.to_vec()
+    }
+
+    /// [`BufferView::fill`] on this range.
+    pub fn fill(&self, value: T) -> Result<()> {
+        self.view.fill(value)
+    }
+
+    /// [`BufferView::copy_from`] into this range.
+    pub fn copy_from<'s>(&self, src: impl Into<BufferView<'s, T>>) -> Result<()> {
+        self.view.copy_from(src)
+    }
+}

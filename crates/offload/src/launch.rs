@@ -1,0 +1,477 @@
+//! The launch builder: `kernel.launch(dims).arg(n).arg(&x).arg(&mut y).run()?`.
+//!
+//! Arguments borrow their buffers for as long as the launch needs them: until [`Launch::run`]
+//! returns, or, for [`Launch::run_on`] in a [`crate::QueueScope`], until the scope ends.
+//! [`Launch::run`] checks every argument against the kernel's `OFFLOAD_PARAMS` record (see
+//! `offload_kernel.h`) before anything runs: the count, each scalar's type, each pointer's
+//! element type, that the kernel writes only through mutable borrows (on a queue, shared ones
+//! too: the queue orders the work), and that each buffer is
+//! at least as long as the extent the record declares for these arguments (`float y[n]`).
+//! [`Launch::run_unchecked`] is the way to launch a kernel without a record.
+
+use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy};
+use crate::runtime::Kernel;
+use crate::{Queue, QueueScope};
+use offload_core::params::{CType, KernelParams, Param, ParamKind, Pointer};
+use offload_core::{Error, KernelArg, LaunchDims, Result};
+use std::marker::PhantomData;
+
+/// Arguments stored inline: kernels with more take a heap block.
+const INLINE: usize = 12;
+
+/// What the check knows about one argument.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum ArgSource {
+    /// A scalar of this C type.
+    Scalar(CType),
+    /// Elements of a buffer or view.
+    Buffer {
+        /// Number of `T`s.
+        len: usize,
+        /// `T::ELEMENT`.
+        element: Option<(CType, usize)>,
+        /// `std::any::type_name::<T>()`.
+        type_name: &'static str,
+        /// Borrowed mutably.
+        writable: bool,
+        /// Which device object it belongs to.
+        device: usize,
+    },
+    /// A raw [`KernelArg`] ([`Launch::arg_raw`]).
+    Raw,
+}
+
+/// A value a launch can take as an argument: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`, a
+/// buffer (`&buf` where the kernel only reads, `&mut buf` where it writes) or a view
+/// ([`DeviceBuffer::slice`], [`DeviceBuffer::slice_mut`]). Sealed.
+pub trait KernelArgument<'a>: sealed::Sealed {
+    #[doc(hidden)]
+    fn to_arg(&self) -> (KernelArg, ArgSource);
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! scalar_argument {
+    ($($t:ty => $variant:ident, $c:ident);*) => { $(
+        impl sealed::Sealed for $t {}
+        impl KernelArgument<'_> for $t {
+            fn to_arg(&self) -> (KernelArg, ArgSource) {
+                (KernelArg::$variant(*self), ArgSource::Scalar(CType::$c))
+            }
+        }
+    )* };
+}
+scalar_argument!(i32 => I32, I32; u32 => U32, U32; i64 => I64, I64; u64 => U64, U64;
+    f32 => F32, F32; f64 => F64, F64);
+
+fn buffer_arg<T: DeviceCopy>(v: BufferView<'_, T>, writable: bool) -> (KernelArg, ArgSource) {
+    (
+        KernelArg::Ptr(v.ptr()),
+        ArgSource::Buffer {
+            len: v.len(),
+            element: T::ELEMENT,
+            type_name: std::any::type_name::<T>(),
+            writable,
+            device: v.device_identity(),
+        },
+    )
+}
+
+impl<T: DeviceCopy> sealed::Sealed for &DeviceBuffer<T> {}
+impl<'a, T: DeviceCopy> KernelArgument<'a> for &'a DeviceBuffer<T> {
+    fn to_arg(&self) -> (KernelArg, ArgSource) {
+        buffer_arg(self.view(), false)
+    }
+}
+impl<T: DeviceCopy> sealed::Sealed for &mut DeviceBuffer<T> {}
+impl<'a, T: DeviceCopy> KernelArgument<'a> for &'a mut DeviceBuffer<T> {
+    fn to_arg(&self) -> (KernelArg, ArgSource) {
+        buffer_arg(self.view(), true)
+    }
+}
+impl<T: DeviceCopy> sealed::Sealed for BufferView<'_, T> {}
+impl<'a, T: DeviceCopy> KernelArgument<'a> for BufferView<'a, T> {
+    fn to_arg(&self) -> (KernelArg, ArgSource) {
+        buffer_arg(*self, false)
+    }
+}
+impl<T: DeviceCopy> sealed::Sealed for BufferViewMut<'_, T> {}
+impl<'a, T: DeviceCopy> KernelArgument<'a> for BufferViewMut<'a, T> {
+    fn to_arg(&self) -> (KernelArg, ArgSource) {
+        buffer_arg(self.view(), true)
+    }
+}
+
+/// Where [`Launch::run_on`] enqueues: a [`Queue`] (the launch keeps its buffers alive until it
+/// has run; their borrows end at the call) or a [`QueueScope`] (the buffers stay borrowed
+/// until the scope's end, so they cannot be dropped or moved while the launch may run).
+pub trait LaunchQueue<'a>: sealed::Sealed {
+    #[doc(hidden)]
+    fn queue(&self) -> &Queue;
+}
+impl sealed::Sealed for &Queue {}
+impl LaunchQueue<'_> for &Queue {
+    fn queue(&self) -> &Queue {
+        self
+    }
+}
+impl sealed::Sealed for &QueueScope<'_, '_> {}
+impl<'a: 's, 's> LaunchQueue<'a> for &'s QueueScope<'s, '_> {
+    fn queue(&self) -> &Queue {
+        QueueScope::queue(self)
+    }
+}
+
+/// A launch being put together ([`Kernel::launch`]); nothing runs until [`Launch::run`],
+/// [`Launch::run_on`] or [`Launch::run_unchecked`].
+#[must_use = "a launch does nothing until it is run"]
+pub struct Launch<'k, 'a> {
+    kernel: &'k Kernel,
+    dims: LaunchDims,
+    len: usize,
+    args: [KernelArg; INLINE],
+    sources: [ArgSource; INLINE],
+    spill: Vec<(KernelArg, ArgSource)>,
+    _borrows: PhantomData<&'a ()>,
+}
+
+impl std::fmt::Debug for Launch<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "launch of {:?}, {}, {} argument(s)",
+            self.kernel, self.dims, self.len
+        )
+    }
+}
+
+impl Kernel {
+    /// Starts a launch with these dimensions: add the arguments in order with
+    /// [`Launch::arg`], then run it.
+    #[inline]
+    pub fn launch<'k>(&'k self, dims: LaunchDims) -> Launch<'k, 'static> {
+        Launch {
+            kernel: self,
+            dims,
+            len: 0,
+            args: [KernelArg::I32(0); INLINE],
+            sources: [ArgSource::Raw; INLINE],
+            spill: Vec::new(),
+            _borrows: PhantomData,
+        }
+    }
+}
+
+impl<'k, 'a> Launch<'k, 'a> {
+    #[inline]
+    fn push<'b>(mut self, arg: KernelArg, source: ArgSource) -> Launch<'k, 'b>
+    where
+        'a: 'b,
+    {
+        if self.len < INLINE && self.spill.is_empty() {
+            self.args[self.len] = arg;
+            self.sources[self.len] = source;
+        } else {
+            if self.spill.is_empty() {
+                self.spill = self.args.iter().copied().zip(self.sources).collect();
+            }
+            self.spill.push((arg, source));
+        }
+        self.len += 1;
+        Launch {
+            kernel: self.kernel,
+            dims: self.dims,
+            len: self.len,
+            args: self.args,
+            sources: self.sources,
+            spill: self.spill,
+            _borrows: PhantomData,
+        }
+    }
+
+    /// The next argument: a scalar, or a buffer or view borrowed for the launch (`&buf` where
+    /// the kernel only reads, `&mut buf` or [`DeviceBuffer::slice_mut`] where it writes).
+    #[inline]
+    pub fn arg<'b, A: KernelArgument<'b>>(self, arg: A) -> Launch<'k, 'b>
+    where
+        'a: 'b,
+    {
+        let (a, source) = arg.to_arg();
+        self.push(a, source)
+    }
+
+    /// The next argument as a raw [`KernelArg`]: a scalar is checked like any other; a raw
+    /// pointer has no extent, so only [`Launch::run_unchecked`] takes one for a pointer
+    /// parameter.
+    #[inline]
+    pub fn arg_raw(self, arg: KernelArg) -> Launch<'k, 'a> {
+        self.push(arg, ArgSource::Raw)
+    }
+
+    fn with_args<R>(&self, f: impl FnOnce(&[KernelArg], &[ArgSource]) -> R) -> R {
+        if self.spill.is_empty() {
+            f(&self.args[..self.len], &self.sources[..self.len])
+        } else {
+            let (a, s): (Vec<KernelArg>, Vec<ArgSource>) = self.spill.iter().copied().unzip();
+            f(&a, &s)
+        }
+    }
+
+    /// Checks the arguments against the kernel's `OFFLOAD_PARAMS` record and launches it,
+    /// returning when it has run. Refused, with the parameter named, when the kernel has no
+    /// record or an argument does not match it (see the module docs).
+    pub fn run(self) -> Result<()> {
+        self.with_args(|args, sources| {
+            check(self.kernel, args, sources, false)?;
+            let program = &self.kernel.program;
+            program.launch(self.kernel, &self.dims, args, None)
+        })
+    }
+
+    /// As [`Launch::run`], but enqueued on `queue` (a [`Queue`] or a [`QueueScope`]) of the
+    /// kernel's device: it runs after the queue's earlier work. A synchronous operation on one
+    /// of its buffers waits for it. A buffer the kernel writes may be borrowed shared here
+    /// (`&y`), so that the same scope can also copy it back: the queue orders its own work;
+    /// work on other queues that uses the same buffer must be ordered with events.
+    pub fn run_on<Q: LaunchQueue<'a>>(self, queue: Q) -> Result<()> {
+        self.with_args(|args, sources| {
+            check(self.kernel, args, sources, true)?;
+            let program = &self.kernel.program;
+            let queue = queue.queue();
+            program.check_queue(queue)?;
+            program.launch(self.kernel, &self.dims, args, Some(queue.handle()))
+        })
+    }
+
+    /// Launches without the parameter check, synchronously (the only way to launch a kernel
+    /// without an `OFFLOAD_PARAMS` record from this builder). Buffers of another device are
+    /// still refused.
+    ///
+    /// # Safety
+    /// What is checked: the launch shape, that each buffer belongs to the kernel's device,
+    /// and what the backend checks (on the host: pointers into live allocations, and the
+    /// argument types where the image has an `OFFLOAD_SIGNATURE`). What is not: the number
+    /// and types of the arguments (on other backends), and how far the kernel reads or writes
+    /// from each pointer. The caller must make sure the arguments are the kernel's parameters
+    /// and every buffer is as long as the kernel will touch for these arguments.
+    pub unsafe fn run_unchecked(self) -> Result<()> {
+        self.with_args(|args, sources| {
+            check_devices(self.kernel, sources)?;
+            self.kernel
+                .program
+                .launch(self.kernel, &self.dims, args, None)
+        })
+    }
+
+    /// [`Launch::run_unchecked`], enqueued on `queue`.
+    ///
+    /// # Safety
+    /// As for [`Launch::run_unchecked`].
+    pub unsafe fn run_unchecked_on<Q: LaunchQueue<'a>>(self, queue: Q) -> Result<()> {
+        self.with_args(|args, sources| {
+            check_devices(self.kernel, sources)?;
+            let program = &self.kernel.program;
+            let queue = queue.queue();
+            program.check_queue(queue)?;
+            program.launch(self.kernel, &self.dims, args, Some(queue.handle()))
+        })
+    }
+}
+
+fn check_devices(kernel: &Kernel, sources: &[ArgSource]) -> Result<()> {
+    let device = kernel.program.device();
+    for (i, s) in sources.iter().enumerate() {
+        if let ArgSource::Buffer { device: d, .. } = s
+            && *d != device.identity()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{}' argument {i} is a buffer of another device than {device} (the \
+                 kernel's)",
+                kernel.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn scalar_of(arg: &KernelArg) -> Option<CType> {
+    Some(match arg {
+        KernelArg::I32(_) => CType::I32,
+        KernelArg::U32(_) => CType::U32,
+        KernelArg::I64(_) => CType::I64,
+        KernelArg::U64(_) => CType::U64,
+        KernelArg::F32(_) => CType::F32,
+        KernelArg::F64(_) => CType::F64,
+        KernelArg::Ptr(_) | KernelArg::Word(_) => return None,
+    })
+}
+
+fn integer_value(arg: &KernelArg) -> Option<i128> {
+    Some(match *arg {
+        KernelArg::I32(v) => v.into(),
+        KernelArg::U32(v) => v.into(),
+        KernelArg::I64(v) => v.into(),
+        KernelArg::U64(v) => v.into(),
+        _ => return None,
+    })
+}
+
+fn passed(source: &ArgSource, arg: &KernelArg) -> String {
+    match source {
+        ArgSource::Scalar(c) => format!("a {}", c.rust_name()),
+        ArgSource::Buffer {
+            len,
+            type_name,
+            writable,
+            ..
+        } => format!(
+            "{} buffer of {len} {type_name}",
+            if *writable { "a mutable" } else { "a shared" }
+        ),
+        ArgSource::Raw => format!("a raw {}", arg.type_name()),
+    }
+}
+
+/// The checked launch's rules, against the kernel's record.
+fn check(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: bool) -> Result<()> {
+    check_devices(kernel, sources)?;
+    let name = &kernel.name;
+    let refuse = |what: String| Err(Error::InvalidArgument(format!("kernel '{name}': {what}")));
+    let params: &KernelParams = match kernel.params() {
+        None => {
+            return refuse(
+                "its image has no OFFLOAD_PARAMS record, so the launch cannot be checked: add \
+                 `OFFLOAD_PARAMS(kernel, <its parameters, pointers with extents>)` after the \
+                 kernel, or launch it with the unsafe run_unchecked"
+                    .into(),
+            );
+        }
+        Some(Err(e)) => return refuse(format!("its OFFLOAD_PARAMS record is unusable: {e}")),
+        Some(Ok(p)) => p,
+    };
+    if params.params.len() != args.len() {
+        return refuse(format!(
+            "it takes {} argument(s) ({}); the launch passes {}",
+            params.params.len(),
+            params.text,
+            args.len()
+        ));
+    }
+    for (i, ((param, arg), source)) in params.params.iter().zip(args).zip(sources).enumerate() {
+        let what = param.describe(i);
+        match (&param.kind, source) {
+            (ParamKind::Scalar(t), ArgSource::Scalar(_) | ArgSource::Raw)
+                if scalar_of(arg).is_some_and(|a| t.accepts(a)) => {}
+            (ParamKind::Scalar(t), _) if matches!(t.size(), 4 | 8) => {
+                return refuse(format!(
+                    "{what} is a {}; the launch passes {}",
+                    t.rust_name(),
+                    passed(source, arg)
+                ));
+            }
+            (ParamKind::Scalar(t), _) => {
+                return refuse(format!(
+                    "{what}: a {}-byte scalar, which offload does not pass (only 32- and \
+                     64-bit integers, float and double)",
+                    t.size()
+                ));
+            }
+            (ParamKind::Unsupported(why), _) => return refuse(format!("{what}: {why}")),
+            (ParamKind::Pointer(p), ArgSource::Buffer { .. }) => {
+                check_pointer(&what, param, p, source, params, args, queued).or_else(refuse)?;
+            }
+            (ParamKind::Pointer(_), ArgSource::Raw) if matches!(arg, KernelArg::Ptr(_)) => {
+                return refuse(format!(
+                    "{what} gets a raw pointer, whose extent is unknown: pass a buffer or a \
+                     view, or launch with the unsafe run_unchecked"
+                ));
+            }
+            (ParamKind::Pointer(_), _) => {
+                return refuse(format!(
+                    "{what} is a pointer; the launch passes {}",
+                    passed(source, arg)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_pointer(
+    what: &str,
+    param: &Param,
+    p: &Pointer,
+    source: &ArgSource,
+    params: &KernelParams,
+    args: &[KernelArg],
+    queued: bool,
+) -> std::result::Result<(), String> {
+    let ArgSource::Buffer {
+        len,
+        element,
+        type_name,
+        writable,
+        ..
+    } = *source
+    else {
+        unreachable!("called for buffers only")
+    };
+    if p.writable && !writable && !queued {
+        return Err(format!(
+            "{what}: the kernel may write through it, and the launch passes a shared borrow \
+             of a buffer of {type_name}: pass `&mut buffer` or `buffer.slice_mut(..)` (or \
+             enqueue it, where the queue orders the work)"
+        ));
+    }
+    let Some(extent) = &p.extent else {
+        return Err(format!(
+            "{what} has no extent, so its length cannot be checked: declare it as an array \
+             parameter (`{} {}[n]`) in OFFLOAD_PARAMS, or launch with the unsafe run_unchecked",
+            p.elem_spelling,
+            param.name.as_deref().unwrap_or("x")
+        ));
+    };
+    let Some(elem) = p.elem else {
+        return Err(format!(
+            "{what}: its elements are '{}', whose size offload does not know, so the extent \
+             cannot be checked: launch with the unsafe run_unchecked",
+            p.elem_spelling
+        ));
+    };
+    let count = match element {
+        Some((rust, per)) if elem.accepts(rust) => len as u128 * per as u128,
+        _ => {
+            return Err(format!(
+                "{what}: its elements are {} ({} in Rust); the launch passes a buffer of \
+                 {type_name}",
+                p.elem_spelling,
+                elem.rust_name()
+            ));
+        }
+    };
+    let value = |i: usize| args.get(i).and_then(integer_value);
+    let need = extent.eval(&value).map_err(|e| format!("{what}: {e}"))?;
+    if need > count {
+        let values: Vec<String> = extent
+            .params()
+            .into_iter()
+            .filter_map(|i| {
+                let n = params.params[i].name.as_deref()?;
+                Some(format!("{n} = {}", value(i)?))
+            })
+            .collect();
+        return Err(format!(
+            "{what} may touch {need} element(s) ([{}] with {}), and the buffer holds {count}",
+            extent.spelling,
+            if values.is_empty() {
+                "constants only".to_string()
+            } else {
+                values.join(", ")
+            }
+        ));
+    }
+    Ok(())
+}

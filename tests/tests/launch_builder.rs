@@ -1,0 +1,560 @@
+//! The launch builder of the Rust API on the real host plugin: launches checked against the
+//! kernel's `OFFLOAD_PARAMS` record (extents, element types, what the kernel writes), views as
+//! arguments, unchecked launches by name only, queues and queue scopes.
+
+use offload::{LaunchDims, Runtime};
+use offload_core::rand::XorShift;
+use offload_tests::*;
+use std::path::PathBuf;
+
+/// Compiles a C source (with the kernel header) into a host shared object.
+fn host_so(tag: &str, source: &str) -> PathBuf {
+    let dir = scratch("launch-builder");
+    let src = dir.join(format!("{tag}.c"));
+    let out = dir.join(format!("{tag}.so"));
+    std::fs::write(&src, source).unwrap();
+    let include = repo_root().join("include");
+    clang(&[
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        "-Werror",
+        "-I",
+        include.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    out
+}
+
+fn saxpy_reference(a: f32, x: &[f32], y: &[f32]) -> Vec<f32> {
+    x.iter().zip(y).map(|(x, y)| a * x + y).collect()
+}
+
+fn host() -> (Runtime, offload::Device) {
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    (rt, device)
+}
+
+#[test]
+fn saxpy_through_the_builder_is_checked_and_correct() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let params = saxpy.params().unwrap().unwrap();
+    assert_eq!(params.params.len(), 4);
+    let n = 1000;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let y: Vec<f32> = (0..n).map(|i| 3.0 - i as f32).collect();
+    let dx = device.upload(&x).unwrap();
+    let mut dy = device.upload(&y).unwrap();
+    saxpy
+        .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
+        .arg(n)
+        .arg(2.0f32)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run()
+        .unwrap();
+    assert_eq!(dy.to_vec().unwrap(), saxpy_reference(2.0, &x, &y));
+}
+
+#[test]
+fn a_launch_past_a_buffer_is_refused_and_its_neighbour_is_untouched() {
+    // The issue's case: saxpy told n = 256 on 16-float buffers returned Ok and overwrote a
+    // neighbouring live buffer.
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let dx = device.upload(&[1.0f32; 16]).unwrap();
+    let mut dy = device.upload(&[1.0f32; 16]).unwrap();
+    let neighbour = device.upload(&[7.0f32; 1024]).unwrap();
+    let e = saxpy
+        .launch(LaunchDims::for_elems(256, 256).unwrap())
+        .arg(256i32)
+        .arg(2.0f32)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("parameter 2 'x' (const float x[n]) may touch 256 element(s) ([n] with n = 256), and the buffer holds 16"),
+        "{e}"
+    );
+    assert_eq!(neighbour.to_vec().unwrap(), vec![7.0f32; 1024]);
+    assert_eq!(dy.to_vec().unwrap(), vec![1.0f32; 16]);
+}
+
+#[test]
+fn arguments_that_do_not_match_the_record_are_refused_naming_the_parameter() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let dims = LaunchDims::linear(1, 16);
+    let dx = device.upload(&[1.0f32; 16]).unwrap();
+    let mut dy = device.upload(&[1.0f32; 16]).unwrap();
+    let mut wrong_type = device.upload(&[1.0f64; 16]).unwrap();
+    let err = |r: offload::Result<()>| r.unwrap_err().to_string();
+    let e = err(saxpy
+        .launch(dims)
+        .arg(16i32)
+        .arg(2.0f64)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run());
+    assert!(
+        e.contains("parameter 1 'a' (float a) is a f32; the launch passes a f64"),
+        "{e}"
+    );
+    let e = err(saxpy
+        .launch(dims)
+        .arg(16u32)
+        .arg(2.0f32)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run());
+    assert!(
+        e.contains("parameter 0 'n' (int n) is a i32; the launch passes a u32"),
+        "{e}"
+    );
+    let e = err(saxpy.launch(dims).arg(16i32).arg(2.0f32).arg(&dx).run());
+    assert!(
+        e.contains("takes 4 argument(s) (int n, float a, const float x[n], float y[n]); the launch passes 3"),
+        "{e}"
+    );
+    // y is written by the kernel: a shared borrow is refused.
+    let e = err(saxpy
+        .launch(dims)
+        .arg(16i32)
+        .arg(2.0f32)
+        .arg(&dx)
+        .arg(&dy)
+        .run());
+    assert!(e.contains("parameter 3 'y'") && e.contains("&mut"), "{e}");
+    let e = err(saxpy
+        .launch(dims)
+        .arg(16i32)
+        .arg(2.0f32)
+        .arg(&dx)
+        .arg(&mut wrong_type)
+        .run());
+    assert!(
+        e.contains("its elements are float (f32 in Rust); the launch passes a buffer of f64"),
+        "{e}"
+    );
+    let e = err(saxpy
+        .launch(dims)
+        .arg(16i32)
+        .arg(2.0f32)
+        .arg(3i32)
+        .arg(&mut dy)
+        .run());
+    assert!(
+        e.contains("parameter 2 'x' (const float x[n]) is a pointer"),
+        "{e}"
+    );
+    let e = err(saxpy
+        .launch(dims)
+        .arg(16i32)
+        .arg(2.0f32)
+        .arg_raw(offload::KernelArg::Ptr(dx.ptr()))
+        .arg(&mut dy)
+        .run());
+    assert!(e.contains("raw pointer"), "{e}");
+    // A buffer of another device.
+    let other = offload::Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None);
+    let other = other.device("testdev", 0).unwrap();
+    let elsewhere = other.upload(&[0.0f32; 16]).unwrap();
+    let e = err(saxpy
+        .launch(dims)
+        .arg(16i32)
+        .arg(2.0f32)
+        .arg(&elsewhere)
+        .arg(&mut dy)
+        .run());
+    assert!(
+        e.contains("argument 2 is a buffer of another device"),
+        "{e}"
+    );
+    // Nothing ran.
+    assert_eq!(dy.to_vec().unwrap(), vec![1.0f32; 16]);
+}
+
+#[test]
+fn a_kernel_without_a_record_runs_only_unchecked() {
+    let so = host_so(
+        "unrecorded",
+        "#include \"offload_kernel.h\"\n\
+         OFFLOAD_KERNEL void twice(int n, float *y) {\n\
+           unsigned i = offload_global_id_x(); if (i < (unsigned)n) y[i] *= 2.0f; }\n",
+    );
+    let (_rt, device) = host();
+    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let k = program.kernel("twice").unwrap();
+    assert!(k.params().is_none());
+    let mut y = device.upload(&[1.5f32; 32]).unwrap();
+    let e = k
+        .launch(LaunchDims::linear(1, 32))
+        .arg(32i32)
+        .arg(&mut y)
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("kernel 'twice': its image has no OFFLOAD_PARAMS record")
+            && e.contains("run_unchecked"),
+        "{e}"
+    );
+    // SAFETY: `twice` touches y[0..n) and y holds n = 32 floats.
+    unsafe {
+        k.launch(LaunchDims::linear(1, 32))
+            .arg(32i32)
+            .arg(&mut y)
+            .run_unchecked()
+    }
+    .unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![3.0f32; 32]);
+}
+
+#[test]
+fn views_are_arguments_and_their_extent_is_checked() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let x: Vec<f32> = (0..100).map(|i| i as f32).collect();
+    let dx = device.upload(&x).unwrap();
+    let mut dy = device.upload(&[1.0f32; 100]).unwrap();
+    saxpy
+        .launch(LaunchDims::linear(1, 64))
+        .arg(10i32)
+        .arg(3.0f32)
+        .arg(dx.slice(50..60).unwrap())
+        .arg(dy.slice_mut(20..30).unwrap())
+        .run()
+        .unwrap();
+    let y = dy.to_vec().unwrap();
+    for (i, v) in y.iter().enumerate() {
+        let want = if (20..30).contains(&i) {
+            3.0 * (i + 30) as f32 + 1.0
+        } else {
+            1.0
+        };
+        assert_eq!(*v, want, "element {i}");
+    }
+    let e = saxpy
+        .launch(LaunchDims::linear(1, 64))
+        .arg(11i32)
+        .arg(3.0f32)
+        .arg(dx.slice(50..60).unwrap())
+        .arg(dy.slice_mut(..).unwrap())
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("may touch 11 element(s)") && e.contains("holds 10"),
+        "{e}"
+    );
+    // Ranges outside the buffer are errors, not panics.
+    assert!(dx.slice(90..101).is_err());
+    #[expect(
+        clippy::reversed_empty_ranges,
+        reason = "a reversed range must be an error"
+    )]
+    let reversed = 60..50;
+    assert!(dx.slice(reversed).is_err());
+    assert!(dy.slice_mut(..=100).is_err());
+    // Views are copy ends: device-to-device into a range, and reads of a range.
+    dy.slice(0..10)
+        .unwrap()
+        .copy_from(dx.slice(90..).unwrap())
+        .unwrap();
+    assert_eq!(dy.slice(0..10).unwrap().to_vec().unwrap(), x[90..]);
+    dy.slice(10..12).unwrap().fill(-1.0).unwrap();
+    assert_eq!(dy.to_vec().unwrap()[9..13], [99.0, -1.0, -1.0, 1.0]);
+}
+
+#[test]
+fn generated_launches_run_exactly_when_every_buffer_covers_the_extent() {
+    // Random element counts, buffer lengths and view offsets: the checked launch refuses
+    // exactly when n exceeds a buffer, and when it runs, it changes y[0..n) of its view and
+    // nothing around it.
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let mut rng = XorShift(0x1a0c_4b11);
+    for round in 0..60 {
+        let xlen = 1 + (rng.next_u64() % 300) as usize;
+        let ylen = 1 + (rng.next_u64() % 300) as usize;
+        let off = (rng.next_u64() % 8) as usize;
+        let n = (rng.next_u64() % 320) as i32 - 10;
+        let x: Vec<f32> = (0..xlen).map(|i| (i % 17) as f32).collect();
+        let dx = device.upload(&x).unwrap();
+        let mut dy = device.upload(&vec![1.0f32; ylen + off + 4]).unwrap();
+        // A negative n is refused: saxpy compares `i < (unsigned)n`, so it would touch the
+        // whole grid.
+        let fits = n >= 0 && n as i64 <= xlen as i64 && n as i64 <= ylen as i64;
+        let r = saxpy
+            .launch(LaunchDims::for_elems(n.max(1) as u64, 64).unwrap())
+            .arg(n)
+            .arg(2.0f32)
+            .arg(&dx)
+            .arg(dy.slice_mut(off..off + ylen).unwrap())
+            .run();
+        assert_eq!(
+            r.is_ok(),
+            fits,
+            "round {round}: n {n}, x {xlen}, y {ylen}: {r:?}"
+        );
+        let y = dy.to_vec().unwrap();
+        for (i, v) in y.iter().enumerate() {
+            let inside = fits && i >= off && ((i - off) as i64) < n as i64;
+            let want = if inside { 2.0 * x[i - off] + 1.0 } else { 1.0 };
+            assert_eq!(*v, want, "round {round}: element {i} (n {n}, off {off})");
+        }
+    }
+}
+
+#[test]
+fn extents_of_several_parameters_and_expressions_are_checked() {
+    let so = host_so(
+        "stencil",
+        "#include \"offload_kernel.h\"\n\
+         OFFLOAD_KERNEL void blur(int nx, int ny, const float *in, float *out) {\n\
+           unsigned i = offload_global_id_x();\n\
+           if (i < (unsigned)(nx * ny)) out[i] = in[i] + in[i + nx + 2]; }\n\
+         OFFLOAD_PARAMS(blur, int nx, int ny, const float in[nx * ny + nx + 2], float out[nx * ny]);\n",
+    );
+    let (_rt, device) = host();
+    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let blur = program.kernel("blur").unwrap();
+    let (nx, ny) = (8, 5);
+    let input: Vec<f32> = (0..nx * ny + nx + 2).map(|i| i as f32).collect();
+    let din = device.upload(&input).unwrap();
+    let mut dout = device.alloc::<f32>((nx * ny) as usize).unwrap();
+    blur.launch(LaunchDims::linear(1, 64))
+        .arg(nx)
+        .arg(ny)
+        .arg(&din)
+        .arg(&mut dout)
+        .run()
+        .unwrap();
+    let out = dout.to_vec().unwrap();
+    for i in 0..(nx * ny) as usize {
+        assert_eq!(out[i], input[i] + input[i + nx as usize + 2]);
+    }
+    let short = device.upload(&input[..input.len() - 1]).unwrap();
+    let e = blur
+        .launch(LaunchDims::linear(1, 64))
+        .arg(nx)
+        .arg(ny)
+        .arg(&short)
+        .arg(&mut dout)
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("may touch 50 element(s) ([nx * ny + nx + 2] with nx = 8, ny = 5), and the buffer holds 49"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unreadable_records_are_reported_by_the_checked_launch_only() {
+    // Records written by hand, past the header's compile-time check.
+    let so = host_so(
+        "bad-records",
+        "#include \"offload_kernel.h\"\n\
+         OFFLOAD_KERNEL void k1(int n, float *y) { if (n > 0) y[0] = 1.0f; }\n\
+         __attribute__((used, visibility(\"default\"))) const char __offload_params_k1[] = \"int n, float y[m]\";\n\
+         OFFLOAD_KERNEL void k2(int n, float *y) { if (n > 0) y[0] = 2.0f; }\n\
+         __attribute__((used, visibility(\"default\"))) const char __offload_params_k2[] = \"int n, float y[n] %\";\n",
+    );
+    let (_rt, device) = host();
+    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let mut y = device.upload(&[0.0f32; 4]).unwrap();
+    for (k, want) in [
+        (
+            "k1",
+            "the extent names 'm', which is not an earlier parameter",
+        ),
+        ("k2", "'%' at byte"),
+    ] {
+        let kernel = program.kernel(k).unwrap();
+        assert!(matches!(kernel.params(), Some(Err(_))), "{k}");
+        let e = kernel
+            .launch(LaunchDims::linear(1, 1))
+            .arg(1i32)
+            .arg(&mut y)
+            .run()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "kernel '{k}': its OFFLOAD_PARAMS record is unusable: __offload_params_{k}"
+            )) && e.contains(want),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn mutated_records_in_the_image_never_crash_the_process() {
+    // The record's text is in the image's read-only data: mutate its bytes in the file, load,
+    // look the kernel up and try a checked launch. Each try is an error or a correct run.
+    let so = std::fs::read(host_kernel("saxpy")).unwrap();
+    let text = b"int n, float a, const float x[n], float y[n]";
+    let at = so
+        .windows(text.len())
+        .position(|w| w == text)
+        .expect("the record's text is in the image");
+    let (_rt, device) = host();
+    let mut rng = XorShift(0x7e57_ab1e);
+    let alphabet = b"intfloa[]()*+-, 0123456789xyzn%\0\xff";
+    let mut ran = 0;
+    for round in 0..150 {
+        let mut image = so.clone();
+        for _ in 0..1 + rng.next_u64() % 3 {
+            let i = at + (rng.next_u64() % text.len() as u64) as usize;
+            image[i] = alphabet[(rng.next_u64() % alphabet.len() as u64) as usize];
+        }
+        let program = device.load(&image).unwrap();
+        let k = program.kernel("saxpy").unwrap();
+        let dx = device.upload(&[1.0f32; 64]).unwrap();
+        let mut dy = device.upload(&[1.0f32; 64]).unwrap();
+        let guard = device.upload(&[5.0f32; 64]).unwrap();
+        let r = k
+            .launch(LaunchDims::linear(1, 64))
+            .arg(64i32)
+            .arg(2.0f32)
+            .arg(&dx)
+            .arg(&mut dy)
+            .run();
+        if r.is_ok() {
+            ran += 1;
+            assert_eq!(dy.to_vec().unwrap(), vec![3.0f32; 64], "round {round}");
+        }
+        assert_eq!(guard.to_vec().unwrap(), vec![5.0f32; 64], "round {round}");
+    }
+    assert!(ran < 150, "some mutations must be refused");
+}
+
+#[test]
+fn bitcode_kernels_carry_the_same_record_through_the_jit() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_bitcode("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    assert!(
+        matches!(saxpy.params(), Some(Ok(_))),
+        "{:?}",
+        saxpy.params()
+    );
+    let dx = device.upload(&[2.0f32; 8]).unwrap();
+    let mut dy = device.upload(&[1.0f32; 8]).unwrap();
+    let e = saxpy
+        .launch(LaunchDims::linear(1, 32))
+        .arg(9i32)
+        .arg(1.0f32)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("may touch 9 element(s)"), "{e}");
+    saxpy
+        .launch(LaunchDims::linear(1, 32))
+        .arg(8i32)
+        .arg(1.0f32)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run()
+        .unwrap();
+    assert_eq!(dy.to_vec().unwrap(), vec![3.0f32; 8]);
+}
+
+#[test]
+fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 4096;
+    let x: Vec<f32> = (0..n).map(|i| (i % 100) as f32).collect();
+    let y: Vec<f32> = (0..n).map(|i| (i % 3) as f32).collect();
+    let dx = device.alloc::<f32>(n).unwrap();
+    let mut dy = device.alloc::<f32>(n).unwrap();
+    let mut out = vec![0.0f32; n];
+    let queue = device.queue().unwrap();
+    queue
+        .scope(|s| {
+            s.write(&dx, &x)?;
+            s.write(&dy, &y)?;
+            saxpy
+                .launch(LaunchDims::for_elems(n as u64, 256)?)
+                .arg(n as i32)
+                .arg(0.5f32)
+                .arg(&dx)
+                .arg(&dy)
+                .run_on(s)
+        })
+        .unwrap();
+    // The scope synchronised: the result is there, read synchronously.
+    assert_eq!(dy.to_vec().unwrap(), saxpy_reference(0.5, &x, &y));
+    // Upload, launch and download in one scope: a written buffer may be borrowed shared on a
+    // queue, which orders the work.
+    queue
+        .scope(|s| {
+            s.write(&dy, &y)?;
+            saxpy
+                .launch(LaunchDims::for_elems(n as u64, 256)?)
+                .arg(n as i32)
+                .arg(0.5f32)
+                .arg(&dx)
+                .arg(&dy)
+                .run_on(s)?;
+            s.read(&mut out, &dy)
+        })
+        .unwrap();
+    assert_eq!(out, saxpy_reference(0.5, &x, &y));
+    // On a plain queue the borrow ends at the call; a synchronous read waits for the launch.
+    saxpy
+        .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
+        .arg(n as i32)
+        .arg(1.0f32)
+        .arg(&dx)
+        .arg(&mut dy)
+        .run_on(&queue)
+        .unwrap();
+    let want: Vec<f32> = saxpy_reference(0.5, &x, &y)
+        .iter()
+        .zip(&x)
+        .map(|(y, x)| x + y)
+        .collect();
+    assert_eq!(dy.to_vec().unwrap(), want);
+    // A scope's error is the first failing operation's, and the queue is still drained.
+    let long = vec![0.0; n + 1];
+    let e = queue
+        .scope(|s| {
+            s.write(&dx, &x)?;
+            s.write(&dx, &long)
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not fit"), "{e}");
+}
