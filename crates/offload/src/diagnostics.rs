@@ -19,9 +19,9 @@
 //! Off (nothing set), no subscriber is installed and every event site is one check of
 //! `tracing`'s global state.
 
+use crate::json::{Json, obj};
 use offload_core::diag;
 use offload_core::{Error, Result};
-use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -209,15 +209,15 @@ pub fn phase(name: &str, start: Instant, end: Instant) -> f64 {
     let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = guard.as_mut() {
         let tid = thread_track(p);
-        p.events.push(json!({
-            "name": name,
-            "cat": "run",
-            "ph": "X",
-            "ts": diag::micros(start),
-            "dur": ms * 1e3,
-            "pid": std::process::id(),
-            "tid": tid,
-        }));
+        p.events.push(obj! {
+            "name" => name,
+            "cat" => "run",
+            "ph" => "X",
+            "ts" => diag::micros(start),
+            "dur" => ms * 1e3,
+            "pid" => std::process::id(),
+            "tid" => tid,
+        });
     }
     ms
 }
@@ -234,39 +234,41 @@ pub fn flush_profile() -> Result<()> {
     let Some(p) = guard.as_mut() else {
         return Ok(());
     };
-    let mut events: Vec<Value> = Vec::new();
+    let mut events: Vec<Json> = Vec::new();
     let pid = std::process::id();
     events.push(
-        json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-        "args": {"name": "offload"}}),
+        obj! {"ph" => "M", "name" => "process_name", "pid" => pid, "tid" => 0,
+        "args" => obj! {"name" => "offload"}},
     );
     for (tid, name) in p.threads.values() {
         events.push(
-            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-            "args": {"name": name}}),
+            obj! {"ph" => "M", "name" => "thread_name", "pid" => pid, "tid" => tid,
+            "args" => obj! {"name" => name.as_str()}},
         );
     }
     for (q, tid) in &p.queues {
         events.push(
-            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-            "args": {"name": format!("queue {q}")}}),
+            obj! {"ph" => "M", "name" => "thread_name", "pid" => pid, "tid" => tid,
+            "args" => obj! {"name" => format!("queue {q}")}},
         );
     }
     for w in &p.workers {
         events.push(
-            json!({"ph": "M", "name": "process_name", "pid": w, "tid": 0,
-            "args": {"name": "offload-jit-worker"}}),
+            obj! {"ph" => "M", "name" => "process_name", "pid" => w, "tid" => 0,
+            "args" => obj! {"name" => "offload-jit-worker"}},
         );
-        events.push(json!({"ph": "M", "name": "thread_name", "pid": w, "tid": 1,
-            "args": {"name": "compiles"}}));
+        events.push(
+            obj! {"ph" => "M", "name" => "thread_name", "pid" => w, "tid" => 1,
+            "args" => obj! {"name" => "compiles"}},
+        );
     }
     events.extend(p.events.iter().cloned());
-    let text = serde_json::to_string(&json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"producer": "offload", "version": env!("CARGO_PKG_VERSION")},
-    }))
-    .expect("JSON values serialise");
+    let text = (obj! {
+        "traceEvents" => events,
+        "displayTimeUnit" => "ms",
+        "otherData" => obj! {"producer" => "offload", "version" => env!("CARGO_PKG_VERSION")},
+    })
+    .to_text();
     let tmp = p.path.with_extension("tmp-offload");
     std::fs::write(&tmp, text)
         .and_then(|()| std::fs::rename(&tmp, &p.path))
@@ -281,7 +283,7 @@ pub fn flush_profile() -> Result<()> {
 
 struct Profile {
     path: PathBuf,
-    events: Vec<Value>,
+    events: Vec<Json>,
     /// Thread → (trace tid, name).
     threads: HashMap<std::thread::ThreadId, (u64, String)>,
     /// JIT worker pids seen.
@@ -338,12 +340,13 @@ impl Fields {
             .map(|(_, v)| v.as_str())
     }
 
-    fn args(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        for (k, v) in &self.rest {
-            m.insert((*k).to_string(), Value::String(v.clone()));
-        }
-        Value::Object(m)
+    fn args(&self) -> Json {
+        Json::Obj(
+            self.rest
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), Json::from(v.as_str())))
+                .collect(),
+        )
     }
 
     /// The info log's text: `message`, and the kernel arguments with their bit (0x01).
@@ -454,16 +457,16 @@ where
                 None => thread_track(p),
             };
             let start = diag::micros(data.start);
-            p.events.push(json!({
-                "name": meta.name(),
-                "cat": meta.target().strip_prefix("offload::").unwrap_or(meta.target()),
-                "ph": "X",
-                "ts": start,
-                "dur": diag::micros(end) - start,
-                "pid": std::process::id(),
-                "tid": tid,
-                "args": {"what": label, "fields": data.fields.args()},
-            }));
+            p.events.push(obj! {
+                "name" => meta.name(),
+                "cat" => meta.target().strip_prefix("offload::").unwrap_or(meta.target()),
+                "ph" => "X",
+                "ts" => start,
+                "dur" => diag::micros(end) - start,
+                "pid" => std::process::id(),
+                "tid" => tid,
+                "args" => obj! {"what" => label, "fields" => data.fields.args()},
+            });
         }
     }
 
@@ -489,16 +492,16 @@ where
                 if !p.workers.contains(&worker) {
                     p.workers.push(worker);
                 }
-                p.events.push(json!({
-                    "name": fields.get("phase").unwrap_or("phase"),
-                    "cat": "jit",
-                    "ph": "X",
-                    "ts": ts,
-                    "dur": dur,
-                    "pid": worker,
-                    "tid": 1,
-                    "args": fields.args(),
-                }));
+                p.events.push(obj! {
+                    "name" => fields.get("phase").unwrap_or("phase"),
+                    "cat" => "jit",
+                    "ph" => "X",
+                    "ts" => ts,
+                    "dur" => dur,
+                    "pid" => worker,
+                    "tid" => 1,
+                    "args" => fields.args(),
+                });
             }
             return;
         }
@@ -514,16 +517,16 @@ where
         let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = guard.as_mut() {
             let tid = thread_track(p);
-            p.events.push(json!({
-                "name": fields.message,
-                "cat": meta.target().strip_prefix("offload::").unwrap_or(meta.target()),
-                "ph": "i",
-                "s": "t",
-                "ts": diag::micros(Instant::now()),
-                "pid": std::process::id(),
-                "tid": tid,
-                "args": fields.args(),
-            }));
+            p.events.push(obj! {
+                "name" => fields.message.as_str(),
+                "cat" => meta.target().strip_prefix("offload::").unwrap_or(meta.target()),
+                "ph" => "i",
+                "s" => "t",
+                "ts" => diag::micros(Instant::now()),
+                "pid" => std::process::id(),
+                "tid" => tid,
+                "args" => fields.args(),
+            });
         }
     }
 }

@@ -32,6 +32,7 @@
 mod buffer;
 pub mod diagnostics;
 mod discovery;
+mod json;
 mod launch;
 mod queue;
 mod runtime;
