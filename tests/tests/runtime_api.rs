@@ -301,7 +301,9 @@ fn the_runtime_builder_takes_settings_in_code_and_fails_when_nothing_is_found() 
     let empty = scratch("builder-empty");
     for (builder, says) in [
         (
-            offload::Runtime::builder().plugin_dir(&empty),
+            offload::Runtime::builder()
+                .plugin_dir(&empty)
+                .linked_host(false),
             format!("no offload plugin found: searched {}", empty.display()),
         ),
         (
@@ -322,6 +324,57 @@ fn the_runtime_builder_takes_settings_in_code_and_fails_when_nothing_is_found() 
         let e = builder.build().unwrap_err().to_string();
         assert!(e.contains(&says), "{e}");
     }
+    // With nothing in the directories, the host backend linked into this program serves the
+    // host (the `host` feature), with the same checks as the plugin library.
+    let rt = offload::Runtime::builder()
+        .plugin_dir(&empty)
+        .build()
+        .unwrap();
+    let slot = rt.plugin("host").unwrap();
+    assert!(slot.is_linked() && slot.abi_version().is_none(), "{slot:?}");
+    assert_eq!(slot.path().to_str(), Some(offload::LINKED));
+    let device = rt.default_device().unwrap();
+    assert_eq!(device.to_string(), "host:0");
+    // One device object per device: the same device twice is the same device.
+    assert!(std::ptr::eq(
+        Arc::as_ptr(device.raw()) as *const (),
+        Arc::as_ptr(rt.device("host", 0).unwrap().raw()) as *const ()
+    ));
+    let e = device.alloc::<u8>(0).unwrap_err().to_string();
+    assert!(e.contains("cannot be allocated"), "{e}");
+    let e = device
+        .raw()
+        .alloc(0, offload::MemoryKind::Device)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allocation of 0 bytes"), "{e}");
+    let e = device.load(&[]).unwrap_err().to_string();
+    assert!(e.contains("image is empty"), "{e}");
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let e = saxpy
+        .launch(LaunchDims::linear(1, 4096))
+        .arg(0i32)
+        .arg(1.0f32)
+        .arg(&device.upload(&[0.0f32]).unwrap())
+        .arg(&mut device.upload(&[0.0f32]).unwrap())
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at most 1024"), "{e}");
+    let x = device.upload(&[1.0f32; 8]).unwrap();
+    let mut y = device.upload(&[1.0f32; 8]).unwrap();
+    saxpy
+        .launch(LaunchDims::linear(1, 8))
+        .arg(8i32)
+        .arg(2.0f32)
+        .arg(&x)
+        .arg(&mut y)
+        .run()
+        .unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![3.0f32; 8]);
 }
 
 /// Typed buffers: upload, to_vec, read and write with their lengths checked (errors, not

@@ -391,15 +391,40 @@ impl Container<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// One image to pack with [`offload_binary`].
+#[derive(Debug, Clone, Copy)]
+pub struct PackImage<'a> {
+    /// The image bytes.
+    pub bytes: &'a [u8],
+    /// Its target triple (`x86_64-unknown-linux-gnu`, `nvptx64-nvidia-cuda`).
+    pub triple: &'a str,
+    /// Its compute-unit kind (`sm_90`, `gfx90a`), or empty.
+    pub arch: &'a str,
+}
 
-    fn binary(image: &[u8], triple: &str, arch: &str, kind: u16) -> Vec<u8> {
-        let strings = [("triple", triple), ("arch", arch)];
+/// The offload-binary image kind of `bytes`: 2 bitcode, 3 cubin, 5 PTX, 1 any other object.
+fn pack_kind(bytes: &[u8]) -> u16 {
+    match crate::image::classify(bytes) {
+        Ok(crate::ImageKind::Bitcode { .. } | crate::ImageKind::LlvmIr) => 2,
+        Ok(crate::ImageKind::Ptx) => 5,
+        Ok(crate::ImageKind::Elf(info)) if info.machine == crate::image::machine::CUDA => 3,
+        _ => 1,
+    }
+}
+
+/// LLVM offload binaries (format version 1, as `clang-offload-packager` writes), one per
+/// image, concatenated and each padded to 8 bytes: a container every plugin picks its entry
+/// from. Producer `openmp`, the string map `triple` and `arch`.
+pub fn offload_binary(images: &[PackImage<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for image in images {
+        let strings = [("triple", image.triple), ("arch", image.arch)];
+        // Header (32), entry (40), string table (16 per string), then the strings and the
+        // image, 8-aligned.
+        let table_at = 32 + 40;
+        let pool_at = table_at + 16 * strings.len();
         let mut pool = Vec::new();
         let mut offsets = Vec::new();
-        let pool_at = 32 + 40 + 32;
         for (k, v) in strings {
             let ko = pool_at + pool.len();
             pool.extend_from_slice(k.as_bytes());
@@ -410,37 +435,47 @@ mod tests {
             offsets.push((ko as u64, vo as u64));
         }
         let image_at = (pool_at + pool.len()).div_ceil(8) * 8;
-        let size = (image_at + image.len()).div_ceil(8) * 8;
+        let size = (image_at + image.bytes.len()).div_ceil(8) * 8;
         let mut b = vec![0u8; size];
         b[..4].copy_from_slice(&OFFLOAD_BINARY_MAGIC);
         b[4..8].copy_from_slice(&1u32.to_le_bytes());
         b[8..16].copy_from_slice(&(size as u64).to_le_bytes());
         b[16..24].copy_from_slice(&32u64.to_le_bytes());
         b[24..32].copy_from_slice(&40u64.to_le_bytes());
-        b[32..34].copy_from_slice(&kind.to_le_bytes());
+        b[32..34].copy_from_slice(&pack_kind(image.bytes).to_le_bytes());
         b[34..36].copy_from_slice(&1u16.to_le_bytes());
-        b[40..48].copy_from_slice(&72u64.to_le_bytes());
-        b[48..56].copy_from_slice(&2u64.to_le_bytes());
+        b[40..48].copy_from_slice(&(table_at as u64).to_le_bytes());
+        b[48..56].copy_from_slice(&(strings.len() as u64).to_le_bytes());
         b[56..64].copy_from_slice(&(image_at as u64).to_le_bytes());
-        b[64..72].copy_from_slice(&(image.len() as u64).to_le_bytes());
+        b[64..72].copy_from_slice(&(image.bytes.len() as u64).to_le_bytes());
         for (i, (k, v)) in offsets.iter().enumerate() {
-            b[72 + i * 16..80 + i * 16].copy_from_slice(&k.to_le_bytes());
-            b[80 + i * 16..88 + i * 16].copy_from_slice(&v.to_le_bytes());
+            let at = table_at + i * 16;
+            b[at..at + 8].copy_from_slice(&k.to_le_bytes());
+            b[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
         }
         b[pool_at..pool_at + pool.len()].copy_from_slice(&pool);
-        b[image_at..image_at + image.len()].copy_from_slice(image);
-        b
+        b[image_at..image_at + image.bytes.len()].copy_from_slice(image.bytes);
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binary(image: &[u8], triple: &str, arch: &str) -> Vec<u8> {
+        offload_binary(&[PackImage {
+            bytes: image,
+            triple,
+            arch,
+        }])
     }
 
     #[test]
     fn concatenated_offload_binaries_are_read() {
-        let mut all = binary(b"first image", "x86_64-unknown-linux-gnu", "znver3", 1);
-        all.extend(binary(
-            b"BC\xc0\xde",
-            "amdgcn-amd-amdhsa",
-            "gfx90a:xnack+",
-            2,
-        ));
+        let mut all = binary(b"first image", "x86_64-unknown-linux-gnu", "znver3");
+        all.extend(binary(b"BC\xc0\xde", "amdgcn-amd-amdhsa", "gfx90a:xnack+"));
         let c = parse(&all).unwrap().unwrap();
         assert_eq!(c.entries.len(), 2);
         assert_eq!(c.entries[0].bytes, b"first image");

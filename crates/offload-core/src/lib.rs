@@ -22,6 +22,7 @@
 
 pub mod abi;
 pub mod bitcode;
+pub mod checked;
 pub mod container;
 pub mod diag;
 pub mod elf_dyn;

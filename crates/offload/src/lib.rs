@@ -52,6 +52,16 @@ pub use offload_core::{
 pub use offload_jit_client::DiskMode;
 pub use queue::{Event, Queue, QueueScope};
 pub use runtime::{
-    Device, DeviceBuffer, DeviceCopy, ENV_DEFAULT_DEVICE, Kernel, PluginSlot, PluginStatus,
+    Device, DeviceBuffer, DeviceCopy, ENV_DEFAULT_DEVICE, Kernel, LINKED, PluginSlot, PluginStatus,
     Program, Runtime, RuntimeBuilder, jit_client,
 };
+
+/// The kernel container `offload_build::Build::compile("<name>")` wrote in this crate's build
+/// script, embedded: `device.load(offload::include_kernels!("saxpy"))?` loads the image for
+/// that device (its native one, else bitcode through the JIT).
+#[macro_export]
+macro_rules! include_kernels {
+    ($name:literal) => {
+        include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".offload")) as &[u8]
+    };
+}

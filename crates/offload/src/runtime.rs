@@ -87,15 +87,31 @@ impl PluginStatus {
     }
 }
 
-#[derive(Debug)]
 enum SlotState {
     Failed(Error),
     Loaded {
-        plugin: Arc<LoadedPlugin>,
+        plugin: Arc<dyn GenericPlugin>,
+        /// The ABI version of a plugin library (`None`: linked into this program).
+        abi: Option<(u16, u16)>,
+        /// What built it (the library's build id, or the linked runtime's version).
+        build_id: String,
         init: OnceLock<std::result::Result<usize, Error>>,
         /// The plugin took the process's JIT service (it compiles bitcode through it).
         uses_jit: bool,
+        /// Each device object, made once: a device's identity is stable across lookups.
+        devices: Mutex<Vec<Option<Arc<dyn GenericDevice>>>>,
     },
+}
+
+impl std::fmt::Debug for SlotState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotState::Failed(e) => write!(f, "Failed({e})"),
+            SlotState::Loaded { plugin, abi, .. } => {
+                write!(f, "Loaded({}, abi {abi:?})", plugin.name())
+            }
+        }
+    }
 }
 
 /// One plugin library the runtime found.
@@ -132,9 +148,12 @@ impl PluginSlot {
                     .set_jit_service(jit_service_for(plugin.name()))
                     .is_ok();
                 SlotState::Loaded {
+                    abi: Some(plugin.abi_version()),
+                    build_id: plugin.build_id().to_string(),
                     plugin,
                     init: OnceLock::new(),
                     uses_jit,
+                    devices: Mutex::default(),
                 }
             }
             Err(e) => SlotState::Failed(e),
@@ -142,18 +161,67 @@ impl PluginSlot {
         PluginSlot { name, path, state }
     }
 
+    /// The host backend linked into this program (the `host` feature), with the same checks
+    /// in front of it as an exported plugin has.
+    #[cfg(feature = "host")]
+    fn linked_host() -> PluginSlot {
+        let backend = offload_host::HostBackend::new();
+        let plugin: Arc<dyn GenericPlugin> = Arc::new(offload_core::checked::CheckedPlugin::new(
+            Box::new(offload_plugin_common::Plugin::new(backend)),
+        ));
+        let uses_jit = plugin
+            .set_jit_service(jit_client().service(plugin.name()))
+            .is_ok();
+        PluginSlot {
+            name: plugin.name().to_string(),
+            path: PathBuf::from(LINKED),
+            state: SlotState::Loaded {
+                plugin,
+                abi: None,
+                build_id: format!(
+                    "linked into this program (offload {})",
+                    env!("CARGO_PKG_VERSION")
+                ),
+                init: OnceLock::new(),
+                uses_jit,
+                devices: Mutex::default(),
+            },
+        }
+    }
+
+    /// The plugin ABI version of a plugin library (`None` when linked, or not loaded).
+    pub fn abi_version(&self) -> Option<(u16, u16)> {
+        match &self.state {
+            SlotState::Loaded { abi, .. } => *abi,
+            SlotState::Failed(_) => None,
+        }
+    }
+
+    /// What built the plugin (`None` when it is not loaded).
+    pub fn build_id(&self) -> Option<&str> {
+        match &self.state {
+            SlotState::Loaded { build_id, .. } => Some(build_id),
+            SlotState::Failed(_) => None,
+        }
+    }
+
+    /// Whether the plugin is linked into this program rather than loaded from a library.
+    pub fn is_linked(&self) -> bool {
+        matches!(self.state, SlotState::Loaded { abi: None, .. })
+    }
+
     /// The plugin's name (its file's, which a loaded plugin's table matches).
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The library's path.
+    /// The library's path (`(linked into this program)` for a linked plugin).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// The loaded plugin, if loading succeeded.
-    pub fn plugin(&self) -> Option<&Arc<LoadedPlugin>> {
+    pub fn plugin(&self) -> Option<&Arc<dyn GenericPlugin>> {
         match &self.state {
             SlotState::Loaded { plugin, .. } => Some(plugin),
             SlotState::Failed(_) => None,
@@ -202,12 +270,31 @@ impl PluginSlot {
                 if count == 1 { "" } else { "s" }
             )));
         }
-        let plugin = self.plugin().expect("initialised plugins are loaded");
+        let SlotState::Loaded {
+            plugin, devices, ..
+        } = &self.state
+        else {
+            unreachable!("initialised plugins are loaded")
+        };
+        let inner = {
+            let mut devices = lock(devices);
+            if devices.len() < count {
+                devices.resize_with(count, || None);
+            }
+            match &devices[index] {
+                Some(d) => d.clone(),
+                None => {
+                    let d = plugin.device(index)?;
+                    devices[index] = Some(d.clone());
+                    d
+                }
+            }
+        };
         Ok(Device {
             plugin: self.name.clone(),
             index,
             kind: offload_core::DeviceKind::of_elf_machine(plugin.elf_machine()),
-            inner: plugin.device(index)?,
+            inner,
         })
     }
 }
@@ -233,9 +320,17 @@ pub struct RuntimeBuilder {
     jit_opt_level: Option<u8>,
     jit_disk_cache: Option<offload_jit_client::DiskMode>,
     jit_cache_dir: Option<PathBuf>,
+    no_linked_host: bool,
 }
 
 impl RuntimeBuilder {
+    /// Whether the host backend linked into this program (the `host` feature, on by default)
+    /// serves the host when no host plugin library is found (default: yes).
+    pub fn linked_host(mut self, yes: bool) -> Self {
+        self.no_linked_host = !yes;
+        self
+    }
+
     /// Searches `dir` for plugins (in the order given); with none given, the default
     /// directories and `OFFLOAD_PLUGIN_PATH` ([`discovery::default_plugin_dirs`]).
     pub fn plugin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -339,7 +434,10 @@ impl RuntimeBuilder {
                 (f, what)
             }
         };
-        let rt = Runtime::with_plugin_dirs(&dirs, only.as_deref());
+        let mut rt = Runtime::with_plugin_dirs(&dirs, only.as_deref());
+        if !self.no_linked_host {
+            rt.add_linked_host(only.as_deref());
+        }
         if rt.slots.is_empty() {
             return Err(Error::NotFound(format!(
                 "no offload plugin found: searched {} for {}*{}; put the plugins (and \
@@ -357,6 +455,9 @@ impl RuntimeBuilder {
     }
 }
 
+/// The path a linked plugin reports ([`PluginSlot::path`]).
+pub const LINKED: &str = "(linked into this program)";
+
 /// `OFFLOAD_DEFAULT_DEVICE`: the device [`Runtime::default_device`] picks (`plugin:index`).
 pub const ENV_DEFAULT_DEVICE: &str = "OFFLOAD_DEFAULT_DEVICE";
 
@@ -370,7 +471,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Discovers plugins in [`discovery::default_plugin_dirs`], honouring `OFFLOAD_PLUGINS`.
+    /// Discovers plugins in [`discovery::default_plugin_dirs`], honouring `OFFLOAD_PLUGINS`;
+    /// with the `host` feature, the linked host backend serves the host when no host plugin
+    /// library is found.
     /// A bad `OFFLOAD_PLUGIN_PATH` or `OFFLOAD_PLUGINS` (not Unicode, a relative directory, a
     /// plugin name that no file has) is an error naming the variable. A plugin that cannot be
     /// loaded is kept as a failed slot with its reason.
@@ -378,7 +481,8 @@ impl Runtime {
         crate::diagnostics::init(None)?;
         let dirs = discovery::default_plugin_dirs()?;
         let filter = discovery::plugin_filter()?;
-        let rt = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
+        let mut rt = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
+        rt.add_linked_host(filter.as_deref());
         if let Some(only) = &filter {
             rt.check_only(
                 only,
@@ -398,6 +502,21 @@ impl Runtime {
     /// plugin, naming every directory it searched.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder::default()
+    }
+
+    /// With the `host` feature: the linked host backend, when no host plugin library was found
+    /// and `only` allows it. (A library found wins: the linked copy then stays unused.)
+    fn add_linked_host(&mut self, only: Option<&[String]>) {
+        #[cfg(feature = "host")]
+        if !self.slots.iter().any(|s| s.name == "host")
+            && only.is_none_or(|o| o.iter().any(|n| n == "host"))
+        {
+            let slot = PluginSlot::linked_host();
+            tracing::info!(target: "offload::plugin", "plugin 'host' linked into this program");
+            self.slots.push(slot);
+        }
+        #[cfg(not(feature = "host"))]
+        let _ = only;
     }
 
     /// An error for each name of `only` that no plugin found in `dirs` has (`what`: where the
@@ -453,12 +572,10 @@ impl Runtime {
             .collect::<Vec<_>>();
         for slot in &slots {
             match &slot.state {
-                SlotState::Loaded {
-                    plugin, uses_jit, ..
-                } => tracing::info!(
+                SlotState::Loaded { abi, uses_jit, .. } => tracing::info!(
                     target: "offload::plugin",
                     path = %slot.path.display(),
-                    abi = %format!("{}.{}", plugin.abi_version().0, plugin.abi_version().1),
+                    abi = %abi.map_or("linked".to_string(), |(a, b)| format!("{a}.{b}")),
                     "plugin '{}' loaded{}",
                     slot.name,
                     if *uses_jit { " (uses the JIT)" } else { "" }

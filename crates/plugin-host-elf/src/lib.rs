@@ -170,4 +170,4 @@ impl Backend for HostBackend {
     }
 }
 
-offload_plugin_common::export_backend!(HostBackend::new);
+// The ABI entry symbol is defined by the `plugin-host` package (liboffload_plugin_host.so).

@@ -3,7 +3,6 @@
 use super::out::outln;
 use super::{Failure, human_bytes};
 use offload::{PluginStatus, Runtime};
-use offload_core::GenericPlugin;
 use offload_core::text::printable;
 use serde_json::json;
 
@@ -40,8 +39,8 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             "path": slot.path().display().to_string(),
             "status": status.label(),
             "reason": status.reason(),
-            "abi_version": loaded.map(|p| format!("{}.{}", p.abi_version().0, p.abi_version().1)),
-            "build_id": loaded.map(|p| p.build_id().to_string()),
+            "abi_version": slot.abi_version().map(|(a, b)| format!("{a}.{b}")),
+            "build_id": slot.build_id(),
             "elf_machine": loaded.map(|p| p.elf_machine()),
             "target_triple": loaded.map(|p| p.target_triple().to_string()),
             "serves": loaded.map(|p| p.image_claims().iter().map(|c| c.to_text()).collect::<Vec<_>>()),

@@ -5,7 +5,6 @@ use super::args::{self, ArgSpec};
 use super::out::outln;
 use offload::diagnostics::phase;
 use offload::{DeviceBuffer, KernelArg, LaunchDims, Runtime, ScalarType};
-use offload_core::GenericPlugin;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;

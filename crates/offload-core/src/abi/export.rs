@@ -1,23 +1,25 @@
 //! Plugin side of the ABI: turns a `Box<dyn GenericPlugin>` into a [`PluginTable`].
 //!
-//! This is also where the checks every backend needs are made once (the "public wrapper +
-//! backend hook" split of LLVM's plugin interface): `init` runs once and its result is kept,
-//! device indices are range-checked, launch shapes are validated against the device's limits,
-//! images must be non-empty and pointers non-null, and every panic is caught.
+//! The checks every backend needs (init once, device range, empty images and names, null
+//! pointers, zero sizes, launch shapes) are [`crate::checked`]'s, which every exported plugin
+//! is wrapped in, as in-process plugins are; what is checked here is the C boundary itself:
+//! null out-pointers, pointer and length pairs, UTF-8 names, argument encodings, and every
+//! panic is caught.
 
 use super::{
     ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiHeader, AbiJitService,
     AbiKernelArg, AbiLaunchDims, AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
 };
+use crate::checked::{CheckedDevice, CheckedPlugin};
 use crate::error::{Error, Result};
 use crate::jit::{CompileRequest, JitOutput, JitService};
 use crate::traits::{GenericDevice, GenericPlugin};
 use crate::types::{
-    DeviceInfo, DevicePtr, EventHandle, KernelArg, KernelHandle, LaunchDims, MemoryKind,
-    ProgramHandle, QueueHandle,
+    DevicePtr, EventHandle, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle,
+    QueueHandle,
 };
 use std::ffi::CString;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// Exports a plugin: `offload_core::export_plugin!(MyPlugin::new);` in the backend's `lib.rs`
 /// defines the entry symbol. The constructor must be cheap and must not touch a driver;
@@ -90,65 +92,18 @@ impl GenericPlugin for FailedPlugin {
     }
 }
 
-struct DeviceSlot {
-    device: Arc<dyn GenericDevice>,
-    info: OnceLock<DeviceInfo>,
-}
-
 /// The state behind a table's `ctx`.
 struct Exported {
-    plugin: Box<dyn GenericPlugin>,
-    init: OnceLock<std::result::Result<usize, Error>>,
-    devices: Mutex<Vec<Option<Arc<DeviceSlot>>>>,
+    plugin: CheckedPlugin,
 }
 
 impl Exported {
     fn init(&self) -> Result<usize> {
-        self.init.get_or_init(|| self.plugin.init()).clone()
+        self.plugin.init()
     }
 
-    fn device(&self, index: u32) -> Result<Arc<DeviceSlot>> {
-        let count = match self.init.get() {
-            Some(Ok(n)) => *n,
-            Some(Err(e)) => return Err(e.clone()),
-            None => {
-                return Err(Error::InvalidArgument(format!(
-                    "plugin '{}' used before init",
-                    self.plugin.name()
-                )));
-            }
-        };
-        let i = index as usize;
-        if i >= count {
-            return Err(Error::NotFound(format!(
-                "device {index} of plugin '{}' (it has {count} device{})",
-                self.plugin.name(),
-                if count == 1 { "" } else { "s" }
-            )));
-        }
-        let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-        if devices.len() < count {
-            devices.resize_with(count, || None);
-        }
-        if let Some(slot) = &devices[i] {
-            return Ok(slot.clone());
-        }
-        let slot = Arc::new(DeviceSlot {
-            device: self.plugin.device(i)?,
-            info: OnceLock::new(),
-        });
-        devices[i] = Some(slot.clone());
-        Ok(slot)
-    }
-}
-
-impl DeviceSlot {
-    fn info(&self) -> Result<&DeviceInfo> {
-        if let Some(info) = self.info.get() {
-            return Ok(info);
-        }
-        let info = self.device.info()?;
-        Ok(self.info.get_or_init(|| info))
+    fn device(&self, index: u32) -> Result<Arc<CheckedDevice>> {
+        self.plugin.checked_device(index as usize)
     }
 }
 
@@ -175,9 +130,7 @@ pub fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
         )),
     };
     let state: &'static Exported = Box::leak(Box::new(Exported {
-        plugin,
-        init: OnceLock::new(),
-        devices: Mutex::new(Vec::new()),
+        plugin: CheckedPlugin::new(plugin),
     }));
     Box::leak(Box::new(PluginTable {
         header,
@@ -332,7 +285,7 @@ unsafe extern "C" fn abi_device_check_image(
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            s.device(dev)?.device.check_image(image_bytes(image, len)?)
+            s.device(dev)?.check_image(image_bytes(image, len)?)
         })
     }
 }
@@ -350,7 +303,7 @@ unsafe extern "C" fn abi_device_info(
     unsafe {
         guarded(ctx, err, |s| {
             let slot = s.device(dev)?;
-            let info = slot.info()?;
+            let info = slot.info_ref()?;
             write_out(
                 out,
                 AbiDeviceInfo {
@@ -382,7 +335,7 @@ unsafe extern "C" fn abi_load_image(
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            let p = s.device(dev)?.device.load_image(image_bytes(image, len)?)?;
+            let p = s.device(dev)?.load_image(image_bytes(image, len)?)?;
             write_out(out, p.0)
         })
     }
@@ -392,7 +345,7 @@ unsafe extern "C" fn abi_unload_image(ctx: Ctx, dev: u32, program: u64, err: Err
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            s.device(dev)?.device.unload_image(ProgramHandle(program))
+            s.device(dev)?.unload_image(ProgramHandle(program))
         })
     }
 }
@@ -410,10 +363,7 @@ unsafe extern "C" fn abi_get_kernel(
     unsafe {
         guarded(ctx, err, |s| {
             let name = name_str(name, name_len)?;
-            if name.is_empty() {
-                return Err(Error::InvalidArgument("kernel name is empty".into()));
-            }
-            let k = s.device(dev)?.device.kernel(ProgramHandle(program), name)?;
+            let k = s.device(dev)?.kernel(ProgramHandle(program), name)?;
             write_out(out, k.0)
         })
     }
@@ -433,7 +383,7 @@ unsafe extern "C" fn abi_get_global(
     unsafe {
         guarded(ctx, err, |s| {
             let name = name_str(name, name_len)?;
-            let g = s.device(dev)?.device.global(ProgramHandle(program), name)?;
+            let g = s.device(dev)?.global(ProgramHandle(program), name)?;
             write_out(out_ptr, g.ptr.0)?;
             write_out(out_size, g.size)
         })
@@ -451,11 +401,8 @@ unsafe extern "C" fn abi_alloc(
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            if size == 0 {
-                return Err(Error::InvalidArgument("allocation of 0 bytes".into()));
-            }
             let kind = MemoryKind::from_u32(kind)?;
-            let p = s.device(dev)?.device.alloc(size, kind)?;
+            let p = s.device(dev)?.alloc(size, kind)?;
             write_out(out, p.0)
         })
     }
@@ -463,16 +410,7 @@ unsafe extern "C" fn abi_alloc(
 
 unsafe extern "C" fn abi_free(ctx: Ctx, dev: u32, ptr: u64, err: Err) -> i32 {
     // SAFETY: ABI contract.
-    unsafe {
-        guarded(ctx, err, |s| {
-            if ptr == 0 {
-                return Err(Error::InvalidArgument(
-                    "free of a null device pointer".into(),
-                ));
-            }
-            s.device(dev)?.device.free(DevicePtr(ptr))
-        })
-    }
+    unsafe { guarded(ctx, err, |s| s.device(dev)?.free(DevicePtr(ptr))) }
 }
 
 unsafe extern "C" fn abi_copy_to_device(
@@ -488,16 +426,7 @@ unsafe extern "C" fn abi_copy_to_device(
     // the queue's lifetime when `q` is a queue).
     unsafe {
         guarded(ctx, err, |s| {
-            if len == 0 {
-                return Ok(());
-            }
-            if src.is_null() || dst == 0 {
-                return Err(Error::InvalidArgument(
-                    "copy to device with a null pointer".into(),
-                ));
-            }
             s.device(dev)?
-                .device
                 .copy_to_device(DevicePtr(dst), src, len, queue(q))
         })
     }
@@ -515,16 +444,7 @@ unsafe extern "C" fn abi_copy_from_device(
     // SAFETY: ABI contract, as for `abi_copy_to_device`.
     unsafe {
         guarded(ctx, err, |s| {
-            if len == 0 {
-                return Ok(());
-            }
-            if dst.is_null() || src == 0 {
-                return Err(Error::InvalidArgument(
-                    "copy from device with a null pointer".into(),
-                ));
-            }
             s.device(dev)?
-                .device
                 .copy_from_device(dst, DevicePtr(src), len, queue(q))
         })
     }
@@ -542,20 +462,8 @@ unsafe extern "C" fn abi_copy_device_to_device(
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            if len == 0 {
-                return Ok(());
-            }
-            if dst == 0 || src == 0 {
-                return Err(Error::InvalidArgument(
-                    "device copy with a null pointer".into(),
-                ));
-            }
-            s.device(dev)?.device.copy_device_to_device(
-                DevicePtr(dst),
-                DevicePtr(src),
-                len,
-                queue(q),
-            )
+            s.device(dev)?
+                .copy_device_to_device(DevicePtr(dst), DevicePtr(src), len, queue(q))
         })
     }
 }
@@ -598,9 +506,7 @@ unsafe extern "C" fn abi_launch(
                 .enumerate()
                 .map(|(i, a)| KernelArg::from_bits(a.kind, a.bits, i))
                 .collect::<Result<Vec<_>>>()?;
-            let slot = s.device(dev)?;
-            dims.validate(&slot.info()?.limits)?;
-            slot.device
+            s.device(dev)?
                 .launch(KernelHandle(kernel), &dims, &args, queue(q))
         })
     }
@@ -610,7 +516,7 @@ unsafe extern "C" fn abi_queue_create(ctx: Ctx, dev: u32, out: *mut u64, err: Er
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            let q = s.device(dev)?.device.queue_create()?;
+            let q = s.device(dev)?.queue_create()?;
             if q.0 == SYNC_QUEUE {
                 return Err(Error::InvalidArgument(
                     "plugin returned queue handle 0, which the ABI reserves".into(),
@@ -625,18 +531,14 @@ unsafe extern "C" fn abi_queue_synchronize(ctx: Ctx, dev: u32, q: u64, err: Err)
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            s.device(dev)?.device.queue_synchronize(QueueHandle(q))
+            s.device(dev)?.queue_synchronize(QueueHandle(q))
         })
     }
 }
 
 unsafe extern "C" fn abi_queue_destroy(ctx: Ctx, dev: u32, q: u64, err: Err) -> i32 {
     // SAFETY: ABI contract.
-    unsafe {
-        guarded(ctx, err, |s| {
-            s.device(dev)?.device.queue_destroy(QueueHandle(q))
-        })
-    }
+    unsafe { guarded(ctx, err, |s| s.device(dev)?.queue_destroy(QueueHandle(q))) }
 }
 
 unsafe extern "C" fn abi_jit_stats(ctx: Ctx, out: *mut crate::JitStats, err: Err) -> i32 {
@@ -771,7 +673,7 @@ unsafe extern "C" fn abi_event_create(ctx: Ctx, dev: u32, out: *mut u64, err: Er
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            let e = s.device(dev)?.device.event_create()?;
+            let e = s.device(dev)?.event_create()?;
             if e.0 == 0 {
                 return Err(Error::InvalidArgument(
                     "plugin returned event handle 0, which the ABI reserves".into(),
@@ -787,7 +689,6 @@ unsafe extern "C" fn abi_event_record(ctx: Ctx, dev: u32, event: u64, q: u64, er
     unsafe {
         guarded(ctx, err, |s| {
             s.device(dev)?
-                .device
                 .event_record(EventHandle(event), QueueHandle(q))
         })
     }
@@ -798,7 +699,6 @@ unsafe extern "C" fn abi_event_wait(ctx: Ctx, dev: u32, event: u64, q: u64, err:
     unsafe {
         guarded(ctx, err, |s| {
             s.device(dev)?
-                .device
                 .event_wait(EventHandle(event), QueueHandle(q))
         })
     }
@@ -808,7 +708,7 @@ unsafe extern "C" fn abi_event_synchronize(ctx: Ctx, dev: u32, event: u64, err: 
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            s.device(dev)?.device.event_synchronize(EventHandle(event))
+            s.device(dev)?.event_synchronize(EventHandle(event))
         })
     }
 }
@@ -823,7 +723,7 @@ unsafe extern "C" fn abi_event_query(
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            let done = s.device(dev)?.device.event_query(EventHandle(event))?;
+            let done = s.device(dev)?.event_query(EventHandle(event))?;
             write_out(out, u32::from(done))
         })
     }
@@ -833,7 +733,7 @@ unsafe extern "C" fn abi_event_destroy(ctx: Ctx, dev: u32, event: u64, err: Err)
     // SAFETY: ABI contract.
     unsafe {
         guarded(ctx, err, |s| {
-            s.device(dev)?.device.event_destroy(EventHandle(event))
+            s.device(dev)?.event_destroy(EventHandle(event))
         })
     }
 }
