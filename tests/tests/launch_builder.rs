@@ -2,7 +2,7 @@
 //! kernel's `OFFLOAD_PARAMS` record (extents, element types, what the kernel writes), views as
 //! arguments, unchecked launches by name only, queues and queue scopes.
 
-use offload::{LaunchDims, Runtime};
+use offload::{In, LaunchDims, Out, Runtime};
 use offload_core::rand::XorShift;
 use offload_tests::*;
 use std::path::PathBuf;
@@ -557,4 +557,88 @@ fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("does not fit"), "{e}");
+}
+
+#[test]
+fn typed_kernels_are_checked_once_and_launch_with_tuples() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program
+        .kernel("saxpy")
+        .unwrap()
+        .typed::<(i32, f32, In<f32>, Out<f32>)>()
+        .unwrap();
+    let x = device.upload(&[1.0f32; 64]).unwrap();
+    let mut y = device.upload(&[0.5f32; 64]).unwrap();
+    saxpy
+        .launch(LaunchDims::linear(1, 64), (64, 2.0, &x, &mut y))
+        .unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![2.5f32; 64]);
+    // Extents are still checked per launch.
+    let e = saxpy
+        .launch(LaunchDims::linear(1, 64), (65, 2.0, &x, &mut y))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("may touch 65 element(s)"), "{e}");
+    // On a queue.
+    let queue = device.queue().unwrap();
+    saxpy
+        .launch_on(&queue, LaunchDims::linear(1, 64), (64, 1.0, &x, &mut y))
+        .unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![3.5f32; 64]);
+    // Rust types that do not match the record are refused once, naming the parameter.
+    let k = || program.kernel("saxpy").unwrap();
+    for (e, want) in [
+        (
+            k().typed::<(i32, f64, In<f32>, Out<f32>)>().unwrap_err(),
+            "parameter 1 'a' (float a)",
+        ),
+        (
+            k().typed::<(i32, f32, In<f32>, In<f32>)>().unwrap_err(),
+            "parameter 3 'y' (float y[n]): the kernel may write through it: Out<f32>, not In",
+        ),
+        (
+            k().typed::<(i32, f32, In<f64>, Out<f32>)>().unwrap_err(),
+            "parameter 2 'x' (const float x[n]): its elements are const float; the Rust type says f64",
+        ),
+        (
+            k().typed::<(i32, f32, In<f32>)>().unwrap_err(),
+            "it takes 4 argument(s)",
+        ),
+    ] {
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    // Disjoint mutable views of one buffer, written by two launches.
+    let scale = host_so(
+        "scale",
+        "#include \"offload_kernel.h\"\n\
+         OFFLOAD_KERNEL void scale(int n, float a, float *x) {\n\
+           unsigned i = offload_global_id_x(); if (i < (unsigned)n) x[i] *= a; }\n\
+         OFFLOAD_PARAMS(scale, int n, float a, float x[n]);\n",
+    );
+    let p2 = device.load(&std::fs::read(scale).unwrap()).unwrap();
+    let scale = p2.kernel("scale").unwrap();
+    let mut z = device.upload(&[1.0f32; 10]).unwrap();
+    let (lo, hi) = z.split_at_mut(4).unwrap();
+    scale
+        .launch(LaunchDims::linear(1, 8))
+        .arg(4i32)
+        .arg(2.0f32)
+        .arg(lo)
+        .run()
+        .unwrap();
+    scale
+        .launch(LaunchDims::linear(1, 8))
+        .arg(6i32)
+        .arg(3.0f32)
+        .arg(hi)
+        .run()
+        .unwrap();
+    assert_eq!(
+        z.to_vec().unwrap(),
+        [2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+    );
+    assert!(z.split_at_mut(11).is_err());
 }

@@ -136,6 +136,25 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.view().slice(range)
     }
 
+    /// The buffer as two mutable views, `[..mid)` and `[mid..)` (an error if `mid` is past the
+    /// end): disjoint ranges a kernel may write at the same time.
+    pub fn split_at_mut(
+        &mut self,
+        mid: usize,
+    ) -> Result<(BufferViewMut<'_, T>, BufferViewMut<'_, T>)> {
+        let (a, b) = self.view().split(mid)?;
+        Ok((
+            BufferViewMut {
+                view: a,
+                _m: PhantomData,
+            },
+            BufferViewMut {
+                view: b,
+                _m: PhantomData,
+            },
+        ))
+    }
+
     /// The elements in `range`, as a kernel argument the kernel may write.
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'_, T>> {
         let view = self.view().slice(range)?;
@@ -248,6 +267,10 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
 
     pub(crate) fn device_identity(&self) -> usize {
         Arc::as_ptr(self.device) as *const () as usize
+    }
+
+    fn split(&self, mid: usize) -> Result<(BufferView<'a, T>, BufferView<'a, T>)> {
+        Ok((self.slice(..mid)?, self.slice(mid..)?))
     }
 
     pub(crate) fn device(&self) -> &'a Arc<dyn GenericDevice> {

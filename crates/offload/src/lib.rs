@@ -36,10 +36,12 @@ mod json;
 mod launch;
 mod queue;
 mod runtime;
+mod typed;
 
 pub use buffer::{BufferView, BufferViewMut};
 pub use launch::{KernelArgument, Launch, LaunchQueue};
 pub use offload_core::params::{CType, KernelParams, Param, ParamKind, Pointer};
+pub use typed::{In, Out, ParamType, ParamTypes, TypedKernel};
 
 pub use discovery::{
     ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs, dirs_beside,
