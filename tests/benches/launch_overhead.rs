@@ -1,6 +1,9 @@
 //! Host launch overhead: an empty kernel launched with grid 1, block 1 through the runtime
 //! (ABI table, argument marshalling, libffi call) against a direct call of the same function
-//! from the same shared object, measured in the same run.
+//! from the same shared object, measured in the same run; and the checked launch builder
+//! (`kernel.launch(dims).arg(..).run()`, which checks every argument and extent against the
+//! kernel's `OFFLOAD_PARAMS` record) against the device API below it, for the empty kernel and
+//! for saxpy (four arguments, two extents).
 //!
 //!     cargo bench -p offload-tests --bench launch_overhead
 //!
@@ -30,6 +33,30 @@ fn per_call_ns(iterations: u32, mut f: impl FnMut()) -> f64 {
     best
 }
 
+/// `f` and `g` timed in alternating batches (so both see the same machine), the best batch of
+/// each, in ns per call.
+fn paired_ns(iterations: u32, mut f: impl FnMut(), mut g: impl FnMut()) -> (f64, f64) {
+    let batch = 2_000;
+    for _ in 0..batch {
+        f();
+        g();
+    }
+    let (mut bf, mut bg) = (f64::MAX, f64::MAX);
+    for _ in 0..iterations / batch {
+        let t = Instant::now();
+        for _ in 0..batch {
+            f();
+        }
+        bf = bf.min(t.elapsed().as_secs_f64() * 1e9 / f64::from(batch));
+        let t = Instant::now();
+        for _ in 0..batch {
+            g();
+        }
+        bg = bg.min(t.elapsed().as_secs_f64() * 1e9 / f64::from(batch));
+    }
+    (bf, bg)
+}
+
 fn main() {
     let so = host_kernel("empty");
     let image = std::fs::read(&so).unwrap();
@@ -50,23 +77,98 @@ fn main() {
     // SAFETY: `direct` is `void empty(void)`.
     let direct_ns = per_call_ns(n, || unsafe { black_box(direct)() });
     let raw = device.raw().clone();
-    let (mut launch_ns, mut raw_ns) = (f64::MAX, f64::MAX);
-    for _ in 0..3 {
-        launch_ns = launch_ns.min(per_call_ns(n, || {
-            // SAFETY: the buffers are as long as the kernel touches for these arguments.
-            unsafe { program.launch(&kernel, &dims, &args) }.unwrap()
-        }));
-        raw_ns = raw_ns.min(per_call_ns(n, || {
-            raw.launch(kernel.handle(), &dims, &args, None).unwrap()
-        }));
+    // saxpy on one element: four arguments, two buffers whose extents the builder checks.
+    let saxpy_image = std::fs::read(host_kernel("saxpy")).unwrap();
+    let saxpy_program = device.load(&saxpy_image).unwrap();
+    let saxpy = saxpy_program.kernel("saxpy").unwrap();
+    let x = device.upload(&[1.0f32]).unwrap();
+    let mut y = device.upload(&[1.0f32]).unwrap();
+    let saxpy_args = [KernelArg::I32(1), KernelArg::F32(0.0), x.arg(), y.arg()];
+    let rounds = 5;
+    let mut m: [Vec<f64>; 6] = Default::default();
+    for _ in 0..rounds {
+        let (launch, api) = paired_ns(
+            n,
+            // SAFETY: `empty` takes no argument and touches no memory.
+            || unsafe { program.launch(&kernel, &dims, &args) }.unwrap(),
+            || raw.launch(kernel.handle(), &dims, &args, None).unwrap(),
+        );
+        let (builder, _) = paired_ns(n, || kernel.launch(dims).run().unwrap(), || {});
+        m[0].push(launch);
+        m[1].push(api);
+        m[2].push(builder);
+        let (api, builder) = paired_ns(
+            n,
+            || {
+                raw.launch(saxpy.handle(), &dims, &saxpy_args, None)
+                    .unwrap()
+            },
+            || {
+                saxpy
+                    .launch(dims)
+                    .arg(1i32)
+                    .arg(0.0f32)
+                    .arg(&x)
+                    .arg(&mut y)
+                    .run()
+                    .unwrap()
+            },
+        );
+        m[3].push(api);
+        m[4].push(builder);
+        let (unchecked, _) = paired_ns(
+            n,
+            || {
+                // SAFETY: saxpy touches x[0..1) and y[0..1); both hold one float.
+                unsafe {
+                    saxpy
+                        .launch(dims)
+                        .arg(1i32)
+                        .arg(0.0f32)
+                        .arg(&x)
+                        .arg(&mut y)
+                        .run_unchecked()
+                }
+                .unwrap()
+            },
+            || {},
+        );
+        m[5].push(unchecked);
     }
-    println!("host launch overhead (empty kernel, grid 1, block 1), best of 5 x {n}, 3 rounds:");
-    println!("  direct call          {direct_ns:10.1} ns");
-    println!("  offload launch       {launch_ns:10.1} ns");
-    println!("  device-API launch    {raw_ns:10.1} ns   (below the runtime: no diagnostics span)");
-    println!("  ratio launch/direct  {:10.1}x", launch_ns / direct_ns);
+    let range = |v: &[f64]| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+        (lo, hi)
+    };
+    let diff = |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x - y).collect() };
     println!(
-        "  diagnostics off      {:+10.1} ns   (offload launch - device-API launch)",
-        launch_ns - raw_ns
+        "host launch overhead (grid 1, block 1), best of 5 x {n} per round, {rounds} rounds interleaved (min..max over rounds):"
     );
+    println!("  direct call (empty)              {direct_ns:10.1} ns");
+    let show = |name: &str, v: &[f64]| {
+        let (lo, hi) = range(v);
+        println!("  {name:<32} {lo:10.1} .. {hi:.1} ns");
+    };
+    show("Program::launch (empty)", &m[0]);
+    show("device API launch (empty)", &m[1]);
+    show("checked builder run (empty)", &m[2]);
+    show("device API launch (saxpy, 4 args)", &m[3]);
+    show("checked builder run (saxpy)", &m[4]);
+    show("builder run_unchecked (saxpy)", &m[5]);
+    let (lo, hi) = range(&m[0]);
+    println!(
+        "  ratio Program::launch/direct     {:10.1} .. {:.1}x",
+        lo / direct_ns,
+        hi / direct_ns
+    );
+    let d = |name: &str, v: Vec<f64>| {
+        let (lo, hi) = range(&v);
+        println!("  {name:<32} {lo:+10.1} .. {hi:+.1} ns");
+    };
+    d("diagnostics off (launch - API)", diff(&m[0], &m[1]));
+    d("builder - device API (empty)", diff(&m[2], &m[1]));
+    d("builder - device API (saxpy)", diff(&m[4], &m[3]));
+    d("unchecked - device API (saxpy)", diff(&m[5], &m[3]));
+    d("the check itself (saxpy)", diff(&m[4], &m[5]));
 }

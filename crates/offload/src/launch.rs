@@ -1,7 +1,7 @@
 //! The launch builder: `kernel.launch(dims).arg(n).arg(&x).arg(&mut y).run()?`.
 //!
-//! Arguments borrow their buffers for as long as the launch needs them: until [`Launch::run`]
-//! returns, or, for [`Launch::run_on`] in a [`crate::QueueScope`], until the scope ends.
+//! Arguments borrow their buffers for as long as the launch needs them: while the `Launch`
+//! lives, and, for [`Launch::run_on`] in a [`crate::QueueScope`], until the scope ends.
 //! [`Launch::run`] checks every argument against the kernel's `OFFLOAD_PARAMS` record (see
 //! `offload_kernel.h`) before anything runs: the count, each scalar's type, each pointer's
 //! element type, that the kernel writes only through mutable borrows (on a queue, shared ones
@@ -17,7 +17,7 @@ use offload_core::{Error, KernelArg, LaunchDims, Result};
 use std::marker::PhantomData;
 
 /// Arguments stored inline: kernels with more take a heap block.
-const INLINE: usize = 12;
+const INLINE: usize = 6;
 
 /// What the check knows about one argument.
 #[doc(hidden)]
@@ -31,8 +31,9 @@ pub enum ArgSource {
         len: usize,
         /// `T::ELEMENT`.
         element: Option<(CType, usize)>,
-        /// `std::any::type_name::<T>()`.
-        type_name: &'static str,
+        /// `std::any::type_name::<T>`, called only for messages (a function pointer keeps
+        /// the launch small: it is moved with each argument added).
+        type_name: fn() -> &'static str,
         /// Borrowed mutably.
         writable: bool,
         /// Which device object it belongs to.
@@ -73,7 +74,7 @@ fn buffer_arg<T: DeviceCopy>(v: BufferView<'_, T>, writable: bool) -> (KernelArg
         ArgSource::Buffer {
             len: v.len(),
             element: T::ELEMENT,
-            type_name: std::any::type_name::<T>(),
+            type_name: std::any::type_name::<T>,
             writable,
             device: v.device_identity(),
         },
@@ -126,7 +127,9 @@ impl<'a: 's, 's> LaunchQueue<'a> for &'s QueueScope<'s, '_> {
 }
 
 /// A launch being put together ([`Kernel::launch`]); nothing runs until [`Launch::run`],
-/// [`Launch::run_on`] or [`Launch::run_unchecked`].
+/// [`Launch::run_on`] or [`Launch::run_unchecked`]. Built in place (`&mut self` methods, as
+/// `std::process::Command` is): `'a` is the borrow of every buffer added, for as long as the
+/// launch lives.
 #[must_use = "a launch does nothing until it is run"]
 pub struct Launch<'k, 'a> {
     kernel: &'k Kernel,
@@ -151,8 +154,8 @@ impl std::fmt::Debug for Launch<'_, '_> {
 impl Kernel {
     /// Starts a launch with these dimensions: add the arguments in order with
     /// [`Launch::arg`], then run it.
-    #[inline]
-    pub fn launch<'k>(&'k self, dims: LaunchDims) -> Launch<'k, 'static> {
+    #[inline(always)]
+    pub fn launch<'k, 'a>(&'k self, dims: LaunchDims) -> Launch<'k, 'a> {
         Launch {
             kernel: self,
             dims,
@@ -166,39 +169,31 @@ impl Kernel {
 }
 
 impl<'k, 'a> Launch<'k, 'a> {
-    #[inline]
-    fn push<'b>(mut self, arg: KernelArg, source: ArgSource) -> Launch<'k, 'b>
-    where
-        'a: 'b,
-    {
+    #[inline(always)]
+    fn push(&mut self, arg: KernelArg, source: ArgSource) -> &mut Self {
         if self.len < INLINE && self.spill.is_empty() {
             self.args[self.len] = arg;
             self.sources[self.len] = source;
         } else {
-            if self.spill.is_empty() {
-                self.spill = self.args.iter().copied().zip(self.sources).collect();
-            }
-            self.spill.push((arg, source));
+            self.spill_push(arg, source);
         }
         self.len += 1;
-        Launch {
-            kernel: self.kernel,
-            dims: self.dims,
-            len: self.len,
-            args: self.args,
-            sources: self.sources,
-            spill: self.spill,
-            _borrows: PhantomData,
-        }
+        self
     }
 
-    /// The next argument: a scalar, or a buffer or view borrowed for the launch (`&buf` where
-    /// the kernel only reads, `&mut buf` or [`DeviceBuffer::slice_mut`] where it writes).
-    #[inline]
-    pub fn arg<'b, A: KernelArgument<'b>>(self, arg: A) -> Launch<'k, 'b>
-    where
-        'a: 'b,
-    {
+    #[cold]
+    fn spill_push(&mut self, arg: KernelArg, source: ArgSource) {
+        if self.spill.is_empty() {
+            self.spill = self.args.iter().copied().zip(self.sources).collect();
+        }
+        self.spill.push((arg, source));
+    }
+
+    /// The next argument: a scalar, or a buffer or view borrowed for as long as the launch
+    /// lives (`&buf` where the kernel only reads, `&mut buf` or [`DeviceBuffer::slice_mut`]
+    /// where it writes).
+    #[inline(always)]
+    pub fn arg<A: KernelArgument<'a>>(&mut self, arg: A) -> &mut Self {
         let (a, source) = arg.to_arg();
         self.push(a, source)
     }
@@ -207,7 +202,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// pointer has no extent, so only [`Launch::run_unchecked`] takes one for a pointer
     /// parameter.
     #[inline]
-    pub fn arg_raw(self, arg: KernelArg) -> Launch<'k, 'a> {
+    pub fn arg_raw(&mut self, arg: KernelArg) -> &mut Self {
         self.push(arg, ArgSource::Raw)
     }
 
@@ -222,8 +217,9 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     /// Checks the arguments against the kernel's `OFFLOAD_PARAMS` record and launches it,
     /// returning when it has run. Refused, with the parameter named, when the kernel has no
-    /// record or an argument does not match it (see the module docs).
-    pub fn run(self) -> Result<()> {
+    /// record or an argument does not match it (see the module docs). The launch keeps its
+    /// arguments: running it again launches the kernel again.
+    pub fn run(&mut self) -> Result<()> {
         self.with_args(|args, sources| {
             check(self.kernel, args, sources, false)?;
             let program = &self.kernel.program;
@@ -236,7 +232,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// of its buffers waits for it. A buffer the kernel writes may be borrowed shared here
     /// (`&y`), so that the same scope can also copy it back: the queue orders its own work;
     /// work on other queues that uses the same buffer must be ordered with events.
-    pub fn run_on<Q: LaunchQueue<'a>>(self, queue: Q) -> Result<()> {
+    pub fn run_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
         self.with_args(|args, sources| {
             check(self.kernel, args, sources, true)?;
             let program = &self.kernel.program;
@@ -257,7 +253,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// and types of the arguments (on other backends), and how far the kernel reads or writes
     /// from each pointer. The caller must make sure the arguments are the kernel's parameters
     /// and every buffer is as long as the kernel will touch for these arguments.
-    pub unsafe fn run_unchecked(self) -> Result<()> {
+    pub unsafe fn run_unchecked(&mut self) -> Result<()> {
         self.with_args(|args, sources| {
             check_devices(self.kernel, sources)?;
             self.kernel
@@ -270,7 +266,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     ///
     /// # Safety
     /// As for [`Launch::run_unchecked`].
-    pub unsafe fn run_unchecked_on<Q: LaunchQueue<'a>>(self, queue: Q) -> Result<()> {
+    pub unsafe fn run_unchecked_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
         self.with_args(|args, sources| {
             check_devices(self.kernel, sources)?;
             let program = &self.kernel.program;
@@ -328,8 +324,9 @@ fn passed(source: &ArgSource, arg: &KernelArg) -> String {
             writable,
             ..
         } => format!(
-            "{} buffer of {len} {type_name}",
-            if *writable { "a mutable" } else { "a shared" }
+            "{} buffer of {len} {}",
+            if *writable { "a mutable" } else { "a shared" },
+            type_name()
         ),
         ArgSource::Raw => format!("a raw {}", arg.type_name()),
     }
@@ -361,37 +358,42 @@ fn check(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: boo
         ));
     }
     for (i, ((param, arg), source)) in params.params.iter().zip(args).zip(sources).enumerate() {
-        let what = param.describe(i);
+        // Named only when refused: the success path allocates nothing.
+        let what = || param.describe(i);
         match (&param.kind, source) {
             (ParamKind::Scalar(t), ArgSource::Scalar(_) | ArgSource::Raw)
                 if scalar_of(arg).is_some_and(|a| t.accepts(a)) => {}
             (ParamKind::Scalar(t), _) if matches!(t.size(), 4 | 8) => {
                 return refuse(format!(
-                    "{what} is a {}; the launch passes {}",
+                    "{} is a {}; the launch passes {}",
+                    what(),
                     t.rust_name(),
                     passed(source, arg)
                 ));
             }
             (ParamKind::Scalar(t), _) => {
                 return refuse(format!(
-                    "{what}: a {}-byte scalar, which offload does not pass (only 32- and \
-                     64-bit integers, float and double)",
+                    "{}: a {}-byte scalar, which offload does not pass (only 32- and 64-bit \
+                     integers, float and double)",
+                    what(),
                     t.size()
                 ));
             }
-            (ParamKind::Unsupported(why), _) => return refuse(format!("{what}: {why}")),
+            (ParamKind::Unsupported(why), _) => return refuse(format!("{}: {why}", what())),
             (ParamKind::Pointer(p), ArgSource::Buffer { .. }) => {
                 check_pointer(&what, param, p, source, params, args, queued).or_else(refuse)?;
             }
             (ParamKind::Pointer(_), ArgSource::Raw) if matches!(arg, KernelArg::Ptr(_)) => {
                 return refuse(format!(
-                    "{what} gets a raw pointer, whose extent is unknown: pass a buffer or a \
-                     view, or launch with the unsafe run_unchecked"
+                    "{} gets a raw pointer, whose extent is unknown: pass a buffer or a view, \
+                     or launch with the unsafe run_unchecked",
+                    what()
                 ));
             }
             (ParamKind::Pointer(_), _) => {
                 return refuse(format!(
-                    "{what} is a pointer; the launch passes {}",
+                    "{} is a pointer; the launch passes {}",
+                    what(),
                     passed(source, arg)
                 ));
             }
@@ -401,7 +403,7 @@ fn check(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: boo
 }
 
 fn check_pointer(
-    what: &str,
+    what: &dyn Fn() -> String,
     param: &Param,
     p: &Pointer,
     source: &ArgSource,
@@ -419,25 +421,29 @@ fn check_pointer(
     else {
         unreachable!("called for buffers only")
     };
+    let type_name = type_name();
     if p.writable && !writable && !queued {
         return Err(format!(
-            "{what}: the kernel may write through it, and the launch passes a shared borrow \
-             of a buffer of {type_name}: pass `&mut buffer` or `buffer.slice_mut(..)` (or \
-             enqueue it, where the queue orders the work)"
+            "{}: the kernel may write through it, and the launch passes a shared borrow of a \
+             buffer of {type_name}: pass `&mut buffer` or `buffer.slice_mut(..)` (or enqueue \
+             it, where the queue orders the work)",
+            what()
         ));
     }
     let Some(extent) = &p.extent else {
         return Err(format!(
-            "{what} has no extent, so its length cannot be checked: declare it as an array \
+            "{} has no extent, so its length cannot be checked: declare it as an array \
              parameter (`{} {}[n]`) in OFFLOAD_PARAMS, or launch with the unsafe run_unchecked",
+            what(),
             p.elem_spelling,
             param.name.as_deref().unwrap_or("x")
         ));
     };
     let Some(elem) = p.elem else {
         return Err(format!(
-            "{what}: its elements are '{}', whose size offload does not know, so the extent \
-             cannot be checked: launch with the unsafe run_unchecked",
+            "{}: its elements are '{}', whose size offload does not know, so the extent cannot \
+             be checked: launch with the unsafe run_unchecked",
+            what(),
             p.elem_spelling
         ));
     };
@@ -445,15 +451,17 @@ fn check_pointer(
         Some((rust, per)) if elem.accepts(rust) => len as u128 * per as u128,
         _ => {
             return Err(format!(
-                "{what}: its elements are {} ({} in Rust); the launch passes a buffer of \
-                 {type_name}",
+                "{}: its elements are {} ({} in Rust); the launch passes a buffer of {type_name}",
+                what(),
                 p.elem_spelling,
                 elem.rust_name()
             ));
         }
     };
     let value = |i: usize| args.get(i).and_then(integer_value);
-    let need = extent.eval(&value).map_err(|e| format!("{what}: {e}"))?;
+    let need = extent
+        .eval(&value)
+        .map_err(|e| format!("{}: {e}", what()))?;
     if need > count {
         let values: Vec<String> = extent
             .params()
@@ -464,7 +472,8 @@ fn check_pointer(
             })
             .collect();
         return Err(format!(
-            "{what} may touch {need} element(s) ([{}] with {}), and the buffer holds {count}",
+            "{} may touch {need} element(s) ([{}] with {}), and the buffer holds {count}",
+            what(),
             extent.spelling,
             if values.is_empty() {
                 "constants only".to_string()

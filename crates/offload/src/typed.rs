@@ -42,9 +42,7 @@ pub trait ParamType: sealed::Sealed {
     #[doc(hidden)]
     fn expect() -> Expect;
     #[doc(hidden)]
-    fn push<'k, 'a, 'b>(v: Self::Value<'b>, l: Launch<'k, 'a>) -> Launch<'k, 'b>
-    where
-        'a: 'b;
+    fn push<'a>(v: Self::Value<'a>, l: &mut Launch<'_, 'a>);
 }
 
 mod sealed {
@@ -59,11 +57,8 @@ macro_rules! scalar_param {
             fn expect() -> Expect {
                 Expect::Scalar(CType::$c)
             }
-            fn push<'k, 'a, 'b>(v: $t, l: Launch<'k, 'a>) -> Launch<'k, 'b>
-            where
-                'a: 'b,
-            {
-                l.arg(v)
+            fn push<'a>(v: $t, l: &mut Launch<'_, 'a>) {
+                l.arg(v);
             }
         }
     )* };
@@ -80,11 +75,8 @@ impl<T: DeviceCopy> ParamType for In<T> {
             written: false,
         }
     }
-    fn push<'k, 'a, 'b>(v: &'b DeviceBuffer<T>, l: Launch<'k, 'a>) -> Launch<'k, 'b>
-    where
-        'a: 'b,
-    {
-        l.arg(v)
+    fn push<'a>(v: &'a DeviceBuffer<T>, l: &mut Launch<'_, 'a>) {
+        l.arg(v);
     }
 }
 
@@ -98,11 +90,8 @@ impl<T: DeviceCopy> ParamType for Out<T> {
             written: true,
         }
     }
-    fn push<'k, 'a, 'b>(v: &'b mut DeviceBuffer<T>, l: Launch<'k, 'a>) -> Launch<'k, 'b>
-    where
-        'a: 'b,
-    {
-        l.arg(v)
+    fn push<'a>(v: &'a mut DeviceBuffer<T>, l: &mut Launch<'_, 'a>) {
+        l.arg(v);
     }
 }
 
@@ -113,7 +102,7 @@ pub trait ParamTypes: sealed::Sealed {
     #[doc(hidden)]
     fn expects() -> Vec<Expect>;
     #[doc(hidden)]
-    fn push<'k, 'b>(v: Self::Values<'b>, l: Launch<'k, 'static>) -> Launch<'k, 'b>;
+    fn push<'a>(v: Self::Values<'a>, l: &mut Launch<'_, 'a>);
 }
 
 macro_rules! params_tuple {
@@ -125,10 +114,9 @@ macro_rules! params_tuple {
                 vec![$($p::expect()),*]
             }
             #[allow(unused_variables, clippy::unused_unit)]
-            fn push<'k, 'b>(v: Self::Values<'b>, l: Launch<'k, 'static>) -> Launch<'k, 'b> {
+            fn push<'a>(v: Self::Values<'a>, l: &mut Launch<'_, 'a>) {
                 let ($($v,)*) = v;
-                $(let l = $p::push($v, l);)*
-                l
+                $($p::push($v, l);)*
             }
         }
     };
@@ -241,7 +229,9 @@ impl<P: ParamTypes> TypedKernel<P> {
     /// Launches it with these arguments and waits for it; the extents are checked against
     /// the buffers first ([`crate::Launch::run`]).
     pub fn launch(&self, dims: LaunchDims, args: P::Values<'_>) -> Result<()> {
-        P::push(args, self.kernel.launch(dims)).run()
+        let mut launch = self.kernel.launch(dims);
+        P::push(args, &mut launch);
+        launch.run()
     }
 
     /// Enqueues it on `queue` ([`crate::Launch::run_on`]).
@@ -251,6 +241,8 @@ impl<P: ParamTypes> TypedKernel<P> {
         dims: LaunchDims,
         args: P::Values<'a>,
     ) -> Result<()> {
-        P::push(args, self.kernel.launch(dims)).run_on(queue)
+        let mut launch = self.kernel.launch(dims);
+        P::push(args, &mut launch);
+        launch.run_on(queue)
     }
 }
