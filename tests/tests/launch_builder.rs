@@ -642,3 +642,146 @@ fn typed_kernels_are_checked_once_and_launch_with_tuples() {
     );
     assert!(z.split_at_mut(11).is_err());
 }
+
+#[test]
+fn globals_are_typed_views_for_copies_and_arguments() {
+    let so = host_so(
+        "globals",
+        "#include \"offload_kernel.h\"\n\
+         __attribute__((visibility(\"default\"))) float table[16];\n\
+         __attribute__((visibility(\"default\"))) char odd[10];\n\
+         OFFLOAD_KERNEL void lookup(int n, const int *idx, float *out) {\n\
+           unsigned i = offload_global_id_x(); if (i < (unsigned)n) out[i] = table[idx[i]]; }\n\
+         OFFLOAD_PARAMS(lookup, int n, const int idx[n], float out[n]);\n\
+         OFFLOAD_KERNEL void sum_into(int n, const float *in, float *acc) {\n\
+           unsigned i = offload_global_id_x(); if (i < (unsigned)n) acc[i] += in[i]; }\n\
+         OFFLOAD_PARAMS(sum_into, int n, const float in[n], float acc[n]);\n",
+    );
+    let (_rt, device) = host();
+    let mut program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let lookup = program.kernel("lookup").unwrap();
+    let sum_into = program.kernel("sum_into").unwrap();
+    let values: Vec<f32> = (0..16).map(|i| i as f32 * 1.5).collect();
+    let table = program.global::<f32>("table").unwrap();
+    assert_eq!(table.len(), 16);
+    table.write(&values).unwrap();
+    let idx = device.upload(&[3i32, 0, 15, 7]).unwrap();
+    let mut out = device.alloc::<f32>(4).unwrap();
+    lookup
+        .launch(LaunchDims::linear(1, 4))
+        .arg(4i32)
+        .arg(&idx)
+        .arg(&mut out)
+        .run()
+        .unwrap();
+    assert_eq!(out.to_vec().unwrap(), [4.5, 0.0, 22.5, 10.5]);
+    // A global as a kernel argument the kernel writes, through global_mut.
+    let ones = device.upload(&[1.0f32; 16]).unwrap();
+    let acc = program.global_mut::<f32>("table").unwrap();
+    sum_into
+        .launch(LaunchDims::linear(1, 16))
+        .arg(16i32)
+        .arg(&ones)
+        .arg(acc)
+        .run()
+        .unwrap();
+    let after = program.global::<f32>("table").unwrap().to_vec().unwrap();
+    assert_eq!(after, values.iter().map(|v| v + 1.0).collect::<Vec<_>>());
+    // Sizes that are not whole elements, and names the image does not have.
+    let e = program.global::<f32>("odd").unwrap_err().to_string();
+    assert!(e.contains("is 10 bytes, not a whole number of f32"), "{e}");
+    assert!(program.global::<f32>("nope").is_err());
+    assert_eq!(program.global::<u8>("odd").unwrap().len(), 10);
+}
+
+#[test]
+fn host_buffers_are_read_in_place_and_written_by_devices_only_exclusively() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 1000;
+    for shared in [false, true] {
+        let mut x = if shared {
+            device.alloc_shared::<f32>(n).unwrap()
+        } else {
+            device.alloc_host::<f32>(n).unwrap()
+        };
+        let mut y = device.alloc_host::<f32>(n).unwrap();
+        for (i, v) in x.as_mut_slice().unwrap().iter_mut().enumerate() {
+            *v = i as f32;
+        }
+        y.as_mut_slice().unwrap().fill(1.0);
+        // Zero-copy on the host backend: the slice is the device memory.
+        assert_eq!(x.as_slice().unwrap().as_ptr() as u64, x.ptr().0);
+        saxpy
+            .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
+            .arg(n as i32)
+            .arg(2.0f32)
+            .arg(&x)
+            .arg(&mut y)
+            .run()
+            .unwrap();
+        let want: Vec<f32> = (0..n).map(|i| 2.0 * i as f32 + 1.0).collect();
+        assert_eq!(y.as_slice().unwrap(), &want[..]);
+        // Queued work on it: the slice waits for it.
+        let queue = device.queue().unwrap();
+        saxpy
+            .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
+            .arg(n as i32)
+            .arg(1.0f32)
+            .arg(&x)
+            .arg(&mut y)
+            .run_on(&queue)
+            .unwrap();
+        let want: Vec<f32> = (0..n).map(|i| 3.0 * i as f32 + 1.0).collect();
+        assert_eq!(y.as_slice().unwrap(), &want[..]);
+        // Device writes through shared borrows are refused: a slice may be alive.
+        let e = saxpy
+            .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
+            .arg(n as i32)
+            .arg(1.0f32)
+            .arg(&x)
+            .arg(&y)
+            .run_on(&queue)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("parameter 3 'y'") && e.contains("&mut"), "{e}");
+        let e = y.view().write(&[0.0; 4]).unwrap_err().to_string();
+        assert!(e.contains("memory the host reads directly"), "{e}");
+        let e = queue.upload(&y, vec![0.0; 4]).unwrap_err().to_string();
+        assert!(e.contains("memory the host reads directly"), "{e}");
+        let e = queue
+            .scope(|s| s.write(&y, &[0.0f32; 4]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory the host reads directly"), "{e}");
+        // Exclusively, they are allowed.
+        queue.upload(&mut y, vec![9.0; 4]).unwrap();
+        y.view_mut().slice_mut(4..8).unwrap().fill(8.0).unwrap();
+        assert_eq!(
+            y.as_slice().unwrap()[..9],
+            [9.0, 9.0, 9.0, 9.0, 8.0, 8.0, 8.0, 8.0, want[8]]
+        );
+        // And it is an end of copies like any buffer.
+        let back = device.alloc::<f32>(n).unwrap();
+        back.copy_from(&x).unwrap();
+        assert_eq!(back.to_vec().unwrap(), x.as_slice().unwrap());
+        back.fill(5.0).unwrap();
+        y.view_mut().copy_from(&back).unwrap();
+        assert!(y.as_slice().unwrap().iter().all(|v| *v == 5.0));
+    }
+}
+
+#[test]
+fn host_memory_a_plugin_cannot_give_is_refused_before_any_slice_exists() {
+    // The testdev plugin's memory lives at made-up addresses: its "host" memory is not.
+    let rt = offload::Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None);
+    let device = rt.device("testdev", 0).unwrap();
+    let e = device.alloc_host::<u32>(64).unwrap_err().to_string();
+    assert!(
+        e.contains("Host memory of testdev:0 is not memory this process can read"),
+        "{e}"
+    );
+}

@@ -126,6 +126,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             device: &self.device,
             ptr: self.ptr,
             len: self.len,
+            host: false,
+            exclusive: false,
             _t: PhantomData,
         }
     }
@@ -143,25 +145,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         mid: usize,
     ) -> Result<(BufferViewMut<'_, T>, BufferViewMut<'_, T>)> {
         let (a, b) = self.view().split(mid)?;
-        Ok((
-            BufferViewMut {
-                view: a,
-                _m: PhantomData,
-            },
-            BufferViewMut {
-                view: b,
-                _m: PhantomData,
-            },
-        ))
+        Ok((a.into_mut(), b.into_mut()))
     }
 
     /// The elements in `range`, as a kernel argument the kernel may write.
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'_, T>> {
-        let view = self.view().slice(range)?;
-        Ok(BufferViewMut {
-            view,
-            _m: PhantomData,
-        })
+        Ok(self.view().slice(range)?.into_mut())
     }
 
     /// Copies `data` to the start of the buffer (an error if it is longer).
@@ -204,6 +193,11 @@ pub struct BufferView<'a, T: DeviceCopy> {
     device: &'a Arc<dyn GenericDevice>,
     ptr: DevicePtr,
     len: usize,
+    /// Memory the host reads directly ([`HostBuffer`]): device work writes it only through
+    /// an exclusive borrow, so no host reference sees it change.
+    host: bool,
+    /// The view comes from an exclusive borrow ([`BufferViewMut`]).
+    exclusive: bool,
     _t: PhantomData<&'a [T]>,
 }
 
@@ -245,6 +239,52 @@ impl<'a, T: DeviceCopy> From<BufferViewMut<'a, T>> for BufferView<'a, T> {
 }
 
 impl<'a, T: DeviceCopy> BufferView<'a, T> {
+    /// A view of `len` elements at `ptr`, memory of `device` that outlives `'a`.
+    pub(crate) fn from_raw(device: &'a Arc<dyn GenericDevice>, ptr: DevicePtr, len: usize) -> Self {
+        BufferView {
+            device,
+            ptr,
+            len,
+            host: false,
+            exclusive: false,
+            _t: PhantomData,
+        }
+    }
+
+    /// This view as a mutable one (the caller holds the exclusive borrow `'a` stands for).
+    pub(crate) fn into_mut(mut self) -> BufferViewMut<'a, T> {
+        self.exclusive = true;
+        BufferViewMut {
+            view: self,
+            _m: PhantomData,
+        }
+    }
+
+    /// Whether device work may write it: any view, except a shared one of memory the host
+    /// reads directly ([`HostBuffer`]).
+    pub(crate) fn check_device_write(&self, what: &str) -> Result<()> {
+        if self.host && !self.exclusive {
+            return Err(Error::InvalidArgument(format!(
+                "{what} into {self:?}: it is memory the host reads directly (a HostBuffer), \
+                 which device work writes only through an exclusive borrow (view_mut, \
+                 slice_mut, &mut)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The same view marked as coming from an exclusive borrow (for `&mut` kernel arguments,
+    /// whose exclusive borrow the caller holds).
+    pub(crate) fn exclusive(mut self) -> Self {
+        self.exclusive = true;
+        self
+    }
+
+    /// A shared host reference may exist to it (host memory borrowed shared).
+    pub(crate) fn host_shared(&self) -> bool {
+        self.host && !self.exclusive
+    }
+
     /// The device address of its first element.
     pub fn ptr(&self) -> DevicePtr {
         self.ptr
@@ -294,6 +334,8 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
                 device: self.device,
                 ptr: DevicePtr(self.ptr.0 + (s * std::mem::size_of::<T>()) as u64),
                 len: e - s,
+                host: self.host,
+                exclusive: self.exclusive,
                 _t: PhantomData,
             }),
             _ => Err(Error::InvalidArgument(format!(
@@ -322,6 +364,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
 
     /// Copies `data` to the start of the view (an error if it is longer).
     pub fn write(&self, data: &[T]) -> Result<()> {
+        self.check_device_write("write")?;
         self.check_len(data.len(), "write")?;
         let bytes = bytes_of(data);
         let _span = tracing::info_span!(target: "offload::copy", "copy to device",
@@ -356,6 +399,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
 
     /// Sets every element of the view to `value`.
     pub fn fill(&self, value: T) -> Result<()> {
+        self.check_device_write("fill")?;
         // In chunks of at most 1 MiB of host memory.
         let per = (1usize << 20) / std::mem::size_of::<T>().max(1);
         let chunk = vec![value; per.clamp(1, self.len.max(1))];
@@ -373,6 +417,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
     /// on the device. Overlapping ranges copy as `memmove` does.
     pub fn copy_from<'s>(&self, src: impl Into<BufferView<'s, T>>) -> Result<()> {
         let src = src.into();
+        self.check_device_write("copy")?;
         self.check_len(src.len, "copy")?;
         if !Arc::ptr_eq(self.device, src.device) {
             return Err(Error::InvalidArgument(format!(
@@ -407,7 +452,10 @@ impl<T: DeviceCopy> std::fmt::Debug for BufferViewMut<'_, T> {
 impl<'a, T: DeviceCopy> BufferViewMut<'a, T> {
     /// A shared view of the same range, for as long as this one is borrowed.
     pub fn view(&self) -> BufferView<'_, T> {
-        self.view
+        BufferView {
+            exclusive: false,
+            ..self.view
+        }
     }
 
     /// The device address of its first element.
@@ -427,10 +475,7 @@ impl<'a, T: DeviceCopy> BufferViewMut<'a, T> {
 
     /// A mutable view of the elements in `range` of this one.
     pub fn slice_mut(self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'a, T>> {
-        Ok(BufferViewMut {
-            view: self.view.slice(range)?,
-            _m: PhantomData,
-        })
+        Ok(self.view.slice(range)?.into_mut())
     }
 
     /// [`BufferView::write`] on this range.
@@ -456,5 +501,180 @@ impl<'a, T: DeviceCopy> BufferViewMut<'a, T> {
     /// [`BufferView::copy_from`] into this range.
     pub fn copy_from<'s>(&self, src: impl Into<BufferView<'s, T>>) -> Result<()> {
         self.view.copy_from(src)
+    }
+}
+
+/// Memory of a device that the host reads and writes directly, as a slice: host memory the
+/// device reaches ([`crate::Device::alloc_host`]: pinned on CUDA) or memory both share
+/// ([`crate::Device::alloc_shared`]: managed). On the host backend it is the same memory as
+/// any buffer: zero-copy. Device work writes it only through an exclusive borrow (`&mut`,
+/// [`HostBuffer::view_mut`]), and [`HostBuffer::as_slice`] first waits for queued work that
+/// uses it, so a slice never sees the memory change under it.
+pub struct HostBuffer<T: DeviceCopy> {
+    buf: DeviceBuffer<T>,
+    kind: crate::MemoryKind,
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for HostBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "HostBuffer<{}>({:?}, {}, {} elements)",
+            std::any::type_name::<T>(),
+            self.kind,
+            self.buf.ptr,
+            self.buf.len
+        )
+    }
+}
+
+impl<T: DeviceCopy> HostBuffer<T> {
+    /// Takes a fresh allocation of `kind` after checking that this process can address all
+    /// of it and that what the device writes there is what the host reads: a plugin whose
+    /// host memory is not host memory is refused here, before any slice exists.
+    pub(crate) fn new(buf: DeviceBuffer<T>, kind: crate::MemoryKind, device: &str) -> Result<Self> {
+        let size = buf.size() as usize;
+        let refuse = |why: String| {
+            Err(Error::Unsupported(format!(
+                "{kind:?} memory of {device} is not memory this process can read: {why}"
+            )))
+        };
+        if buf.ptr.0 % std::mem::align_of::<T>().max(1) as u64 != 0 {
+            return refuse(format!(
+                "{} is not aligned for {}",
+                buf.ptr,
+                std::any::type_name::<T>()
+            ));
+        }
+        // Reads through the host address with the kernel's checked copy: no fault if the
+        // address is not mapped, an error instead.
+        let host_read = |at: u64, out: &mut [u8]| -> std::io::Result<()> {
+            let local = libc::iovec {
+                iov_base: out.as_mut_ptr().cast(),
+                iov_len: out.len(),
+            };
+            let remote = libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: out.len(),
+            };
+            // SAFETY: process_vm_readv on this process copies `out.len()` bytes from the
+            // remote address into `out` (valid for that many bytes); an unmapped remote range
+            // is EFAULT, not a fault.
+            let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if n as usize != out.len() {
+                return Err(std::io::Error::other(format!("{n} of {} bytes", out.len())));
+            }
+            Ok(())
+        };
+        // All of it is addressable (1 MiB at a time)...
+        let mut chunk = vec![0u8; size.min(1 << 20)];
+        let mut done = 0;
+        while done < size {
+            let n = chunk.len().min(size - done);
+            if let Err(e) = host_read(buf.ptr.0 + done as u64, &mut chunk[..n]) {
+                return refuse(format!(
+                    "reading byte {done} of {size} at {} failed ({e})",
+                    buf.ptr
+                ));
+            }
+            done += n;
+        }
+        // ... and what the device writes at either end is what the host reads there.
+        let edge = size.min(4096);
+        for at in [0, size - edge] {
+            let pattern: Vec<u8> = (0..edge)
+                .map(|i| ((at + i) as u8).wrapping_mul(31).wrapping_add(7))
+                .collect();
+            let dst = DevicePtr(buf.ptr.0 + at as u64);
+            buf.device.write(dst, &pattern)?;
+            let mut seen = vec![0u8; edge];
+            if let Err(e) = host_read(dst.0, &mut seen) {
+                return refuse(format!("reading {dst} failed ({e})"));
+            }
+            if seen != pattern {
+                return refuse(format!(
+                    "the host sees other bytes at {dst} than the device wrote"
+                ));
+            }
+        }
+        Ok(HostBuffer { buf, kind })
+    }
+
+    /// Which kind of memory it is.
+    pub fn kind(&self) -> crate::MemoryKind {
+        self.kind
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.buf.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.buf.len == 0
+    }
+
+    /// Its device address.
+    pub fn ptr(&self) -> DevicePtr {
+        self.buf.ptr
+    }
+
+    /// Waits for queued work that uses this memory (a one-element synchronous read: the layer
+    /// makes every synchronous operation wait for queued work on the same memory).
+    fn settle(&self) -> Result<()> {
+        let mut one = vec![0u8; std::mem::size_of::<T>().max(1)];
+        self.buf.device.read(&mut one, self.buf.ptr)
+    }
+
+    /// The elements, read in place; an error if queued work on it failed to finish.
+    pub fn as_slice(&self) -> Result<&[T]> {
+        self.settle()?;
+        // SAFETY: `HostBuffer::new` checked that this process addresses all `len` elements
+        // (aligned for T); queued work that uses the memory has finished (settle), and device
+        // work writes it only through `&mut self` (view_mut, `&mut` kernel arguments; shared
+        // views refuse device writes), which this shared borrow excludes while the slice
+        // lives. `T` is plain data: any bytes are a valid value.
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.ptr.0 as *const T, self.buf.len) })
+    }
+
+    /// The elements, written in place.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.settle()?;
+        // SAFETY: as for `as_slice`, with the exclusive borrow: no view of the buffer exists
+        // and no queued work uses it any more.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.buf.ptr.0 as *mut T, self.buf.len) })
+    }
+
+    /// A shared view: an end of copies from it, and a kernel argument the kernel only reads.
+    pub fn view(&self) -> BufferView<'_, T> {
+        BufferView {
+            host: true,
+            ..self.buf.view()
+        }
+    }
+
+    /// An exclusive view: device work may write it.
+    pub fn view_mut(&mut self) -> BufferViewMut<'_, T> {
+        BufferView {
+            host: true,
+            ..self.buf.view()
+        }
+        .into_mut()
+    }
+}
+
+impl<'a, T: DeviceCopy> From<&'a HostBuffer<T>> for BufferView<'a, T> {
+    fn from(b: &'a HostBuffer<T>) -> Self {
+        b.view()
+    }
+}
+
+impl<'a, T: DeviceCopy> From<&'a mut HostBuffer<T>> for BufferView<'a, T> {
+    fn from(b: &'a mut HostBuffer<T>) -> Self {
+        b.view_mut().into()
     }
 }

@@ -9,7 +9,7 @@
 //! at least as long as the extent the record declares for these arguments (`float y[n]`).
 //! [`Launch::run_unchecked`] is the way to launch a kernel without a record.
 
-use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy};
+use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy, HostBuffer};
 use crate::runtime::Kernel;
 use crate::{Queue, QueueScope};
 use offload_core::params::{CType, KernelParams, Param, ParamKind, Pointer};
@@ -36,6 +36,9 @@ pub enum ArgSource {
         type_name: fn() -> &'static str,
         /// Borrowed mutably.
         writable: bool,
+        /// Memory a shared host reference may see ([`crate::HostBuffer`] borrowed shared):
+        /// never written by a kernel, on a queue either.
+        host_shared: bool,
         /// Which device object it belongs to.
         device: usize,
     },
@@ -76,6 +79,7 @@ fn buffer_arg<T: DeviceCopy>(v: BufferView<'_, T>, writable: bool) -> (KernelArg
             element: T::ELEMENT,
             type_name: std::any::type_name::<T>,
             writable,
+            host_shared: v.host_shared(),
             device: v.device_identity(),
         },
     )
@@ -91,6 +95,18 @@ impl<T: DeviceCopy> sealed::Sealed for &mut DeviceBuffer<T> {}
 impl<'a, T: DeviceCopy> KernelArgument<'a> for &'a mut DeviceBuffer<T> {
     fn to_arg(&self) -> (KernelArg, ArgSource) {
         buffer_arg(self.view(), true)
+    }
+}
+impl<T: DeviceCopy> sealed::Sealed for &HostBuffer<T> {}
+impl<'a, T: DeviceCopy> KernelArgument<'a> for &'a HostBuffer<T> {
+    fn to_arg(&self) -> (KernelArg, ArgSource) {
+        buffer_arg(self.view(), false)
+    }
+}
+impl<T: DeviceCopy> sealed::Sealed for &mut HostBuffer<T> {}
+impl<'a, T: DeviceCopy> KernelArgument<'a> for &'a mut HostBuffer<T> {
+    fn to_arg(&self) -> (KernelArg, ArgSource) {
+        buffer_arg(self.view().exclusive(), true)
     }
 }
 impl<T: DeviceCopy> sealed::Sealed for BufferView<'_, T> {}
@@ -416,13 +432,14 @@ fn check_pointer(
         element,
         type_name,
         writable,
+        host_shared,
         ..
     } = *source
     else {
         unreachable!("called for buffers only")
     };
     let type_name = type_name();
-    if p.writable && !writable && !queued {
+    if p.writable && (host_shared || (!writable && !queued)) {
         return Err(format!(
             "{}: the kernel may write through it, and the launch passes a shared borrow of a \
              buffer of {type_name}: pass `&mut buffer` or `buffer.slice_mut(..)` (or enqueue \

@@ -38,7 +38,7 @@ mod queue;
 mod runtime;
 mod typed;
 
-pub use buffer::{BufferView, BufferViewMut};
+pub use buffer::{BufferView, BufferViewMut, HostBuffer};
 pub use launch::{KernelArgument, Launch, LaunchQueue};
 pub use offload_core::params::{CType, KernelParams, Param, ParamKind, Pointer};
 pub use typed::{In, Out, ParamType, ParamTypes, TypedKernel};

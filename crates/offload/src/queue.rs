@@ -78,6 +78,7 @@ impl Queue {
         data: Vec<T>,
     ) -> Result<()> {
         let buf = buf.into();
+        buf.check_device_write("queued upload")?;
         self.check_device(buf.device_identity(), "upload")?;
         buf.check_len(data.len(), "queued upload")?;
         let bytes = std::mem::size_of_val(data.as_slice());
@@ -104,6 +105,7 @@ impl Queue {
         src: impl Into<BufferView<'s, T>>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
+        dst.check_device_write("queued copy")?;
         self.check_device(dst.device_identity(), "copy")?;
         self.check_device(src.device_identity(), "copy")?;
         dst.check_len(src.len(), "queued copy")?;
@@ -240,6 +242,7 @@ impl<'scope> QueueScope<'scope, '_> {
         src: &'scope [T],
     ) -> Result<()> {
         let dst = dst.into();
+        dst.check_device_write("queued write")?;
         self.queue.check_device(dst.device_identity(), "write")?;
         dst.check_len(src.len(), "queued write")?;
         let bytes = bytes_of(src);

@@ -984,7 +984,41 @@ impl Device {
     /// A buffer of `len` elements of `T` (contents unspecified: any bits, which `T` allows).
     /// Zero elements are an error, as a zero-byte allocation is.
     pub fn alloc<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        let size = len
+        let size = Self::byte_size::<T>(len)?;
+        let ptr = self.inner.alloc(size, MemoryKind::Device)?;
+        tracing::info!(target: "offload::memory", device = %self, "allocated {size} bytes at {ptr} on {self}");
+        Ok(DeviceBuffer::from_raw(self.inner.clone(), ptr, len))
+    }
+
+    /// `len` elements of host memory the device reaches (pinned on CUDA), which the host
+    /// reads and writes in place ([`crate::HostBuffer`]); zero-copy on the host backend.
+    pub fn alloc_host<T: DeviceCopy>(&self, len: usize) -> Result<crate::HostBuffer<T>> {
+        self.alloc_kind(len, MemoryKind::Host)
+    }
+
+    /// `len` elements of memory host and device share (managed memory on GPUs), read and
+    /// written in place by the host ([`crate::HostBuffer`]).
+    pub fn alloc_shared<T: DeviceCopy>(&self, len: usize) -> Result<crate::HostBuffer<T>> {
+        self.alloc_kind(len, MemoryKind::Shared)
+    }
+
+    fn alloc_kind<T: DeviceCopy>(
+        &self,
+        len: usize,
+        kind: MemoryKind,
+    ) -> Result<crate::HostBuffer<T>> {
+        let size = Self::byte_size::<T>(len)?;
+        let ptr = self.inner.alloc(size, kind)?;
+        tracing::info!(target: "offload::memory", device = %self, "allocated {size} bytes of {kind:?} memory at {ptr} on {self}");
+        crate::HostBuffer::new(
+            DeviceBuffer::from_raw(self.inner.clone(), ptr, len),
+            kind,
+            &self.to_string(),
+        )
+    }
+
+    fn byte_size<T: DeviceCopy>(len: usize) -> Result<u64> {
+        Ok(len
             .checked_mul(std::mem::size_of::<T>())
             .filter(|s| *s > 0 || std::mem::size_of::<T>() == 0)
             .ok_or_else(|| {
@@ -993,10 +1027,7 @@ impl Device {
                     std::any::type_name::<T>(),
                     std::mem::size_of::<T>()
                 ))
-            })? as u64;
-        let ptr = self.inner.alloc(size, MemoryKind::Device)?;
-        tracing::info!(target: "offload::memory", device = %self, "allocated {size} bytes at {ptr} on {self}");
-        Ok(DeviceBuffer::from_raw(self.inner.clone(), ptr, len))
+            })? as u64)
     }
 
     /// A queue of this device: work enqueued on it runs in order, asynchronously to the
@@ -1074,6 +1105,34 @@ impl Program {
             name: meta.name,
             params: meta.params,
         })
+    }
+
+    /// The global variable `name` of the image, as a view of `T`s (for copies, and as a
+    /// kernel argument the kernel only reads); it lives as long as the program is borrowed.
+    /// An error when the image has no such global, or its size is not a whole number of `T`s.
+    pub fn global<T: DeviceCopy>(&self, name: &str) -> Result<crate::BufferView<'_, T>> {
+        let p = &self.inner;
+        let g = p.device.inner.global(p.handle, name)?;
+        let each = std::mem::size_of::<T>() as u64;
+        if each == 0 || g.size % each != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "global '{name}' of program {:#x} on {} is {} bytes, not a whole number of {}                  ({each} bytes each)",
+                p.handle.0,
+                p.device,
+                g.size,
+                std::any::type_name::<T>()
+            )));
+        }
+        Ok(crate::BufferView::from_raw(
+            &p.device.inner,
+            g.ptr,
+            (g.size / each) as usize,
+        ))
+    }
+
+    /// [`Program::global`], as a view the kernel may write (the program borrowed exclusively).
+    pub fn global_mut<T: DeviceCopy>(&mut self, name: &str) -> Result<crate::BufferViewMut<'_, T>> {
+        Ok(self.global::<T>(name)?.into_mut())
     }
 
     /// The `OFFLOAD_PARAMS` record of `kernel`, if the image has one: `Err` when it is there
