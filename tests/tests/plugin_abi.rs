@@ -297,6 +297,16 @@ fn word_arguments_go_only_to_plugins_that_speak_abi_1_4() {
         "{e}"
     );
     assert_eq!(raw, vec![0u8; 16]);
+    // Nor event timing (ABI 1.5): its events work, timing them is refused by name.
+    let device = rt.device("testdev", 0).unwrap();
+    let q = device.queue().unwrap();
+    let (a, b) = (q.record().unwrap(), q.record().unwrap());
+    b.synchronize().unwrap();
+    let e = b.elapsed_since(&a).unwrap_err().to_string();
+    assert!(
+        e.contains("plugin 'testdev' has no 'event_elapsed' entry (it speaks an older ABI)"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -623,3 +623,52 @@ fn several_host_devices_are_independent() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("has 3 devices"), "{}", stderr(&out));
 }
+
+/// Event timing: the time between two events of a queue covers the work between them, and
+/// is refused for a start after its end, for events of other devices and (per plugin) for a
+/// plugin of an older ABI.
+#[test]
+fn events_time_the_work_between_them() {
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 1 << 22;
+    let x = device.upload(&vec![1.0f32; n]).unwrap();
+    let mut y = device.upload(&vec![1.0f32; n]).unwrap();
+    let q = device.queue().unwrap();
+    let start = q.record().unwrap();
+    let wall = std::time::Instant::now();
+    for _ in 0..4 {
+        saxpy
+            .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
+            .arg(n as i32)
+            .arg(1.0f32)
+            .arg(&x)
+            .arg(&mut y)
+            .run_on(&q)
+            .unwrap();
+    }
+    let end = q.record().unwrap();
+    end.synchronize().unwrap();
+    let wall = wall.elapsed();
+    let took = end.elapsed_since(&start).unwrap();
+    // Four saxpy passes over 16 MiB take time, and no more than the caller waited.
+    assert!(
+        took > std::time::Duration::ZERO && took <= wall,
+        "{took:?} of {wall:?}"
+    );
+    let e = start.elapsed_since(&end).unwrap_err().to_string();
+    assert!(
+        e.contains("the start event completed after the end event"),
+        "{e}"
+    );
+    let other = offload::Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None);
+    let oq = other.device("testdev", 0).unwrap().queue().unwrap();
+    let foreign = oq.record().unwrap();
+    foreign.synchronize().unwrap();
+    let e = end.elapsed_since(&foreign).unwrap_err().to_string();
+    assert!(e.contains("belong to different devices"), "{e}");
+}

@@ -272,4 +272,7 @@ impl GenericDevice for CheckedDevice {
     fn event_destroy(&self, event: EventHandle) -> Result<()> {
         self.device.event_destroy(event)
     }
+    fn event_elapsed(&self, start: EventHandle, end: EventHandle) -> Result<std::time::Duration> {
+        self.device.event_elapsed(start, end)
+    }
 }

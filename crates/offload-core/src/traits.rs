@@ -200,6 +200,12 @@ pub trait GenericDevice: Send + Sync {
         let _ = event;
         Err(unsupported("events"))
     }
+
+    /// The time from `start`'s completion to `end`'s, both recorded and completed (ABI 1.5).
+    fn event_elapsed(&self, start: EventHandle, end: EventHandle) -> Result<std::time::Duration> {
+        let _ = (start, end);
+        Err(unsupported("event timing"))
+    }
 }
 
 fn unsupported(what: &str) -> crate::Error {

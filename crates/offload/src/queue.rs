@@ -205,6 +205,20 @@ impl Event {
     pub fn is_complete(&self) -> Result<bool> {
         self.device.raw().event_query(self.handle)
     }
+
+    /// The time from `earlier`'s completion to this event's (both recorded on queues of the
+    /// same device and completed: synchronize this one first). The layer takes each event's
+    /// time on the host clock when the work before it has run, so it includes the layer's
+    /// own cost of running that work; an error for events of different devices, events not
+    /// completed, or a start that completed after the end.
+    pub fn elapsed_since(&self, earlier: &Event) -> Result<std::time::Duration> {
+        if earlier.device.identity() != self.device.identity() {
+            return Err(offload_core::Error::InvalidArgument(format!(
+                "event timing: {earlier:?} and {self:?} belong to different devices"
+            )));
+        }
+        self.device.raw().event_elapsed(earlier.handle, self.handle)
+    }
 }
 
 impl Drop for Event {

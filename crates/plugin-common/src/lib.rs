@@ -605,6 +605,11 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     fn event_destroy(&self, event: EventHandle) -> Result<()> {
         self.events.remove(event.0).map(drop)
     }
+
+    fn event_elapsed(&self, start: EventHandle, end: EventHandle) -> Result<std::time::Duration> {
+        let (start, end) = (self.events.get(start.0)?, self.events.get(end.0)?);
+        end.elapsed_since(&start)
+    }
 }
 
 /// A plugin made from a [`Backend`] (see [`export_backend!`]).

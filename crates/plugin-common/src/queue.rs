@@ -135,6 +135,8 @@ struct EventState {
     recorded: u64,
     completed: u64,
     error: Option<Error>,
+    /// When the last completed recording completed: when the queue's work before it had run.
+    completed_at: Option<std::time::Instant>,
 }
 
 /// A point in a queue's work (see [`Event::record`]).
@@ -160,6 +162,7 @@ impl Event {
                 if generation > s.completed {
                     s.completed = generation;
                     s.error = failed.cloned();
+                    s.completed_at = Some(std::time::Instant::now());
                 }
                 drop(s);
                 me.done.notify_all();
@@ -192,6 +195,40 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         let generation = lock(&self.state).recorded;
         self.wait_for(generation)
+    }
+
+    /// The time from `earlier`'s completion to this event's, both as last recorded: an error
+    /// if either was never recorded, has not completed yet, or follows failed work, or if
+    /// `earlier` completed after this one. Measured on the host clock by the queue, when the
+    /// work before each event had run.
+    pub fn elapsed_since(&self, earlier: &Event) -> Result<std::time::Duration> {
+        let at = |e: &Event, which: &str| -> Result<std::time::Instant> {
+            let s = lock(&e.state);
+            if s.recorded == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "event timing: the {which} event was never recorded"
+                )));
+            }
+            if s.completed < s.recorded {
+                return Err(Error::InvalidArgument(format!(
+                    "event timing: the {which} event has not completed (synchronize it first)"
+                )));
+            }
+            if let Some(err) = &s.error {
+                return Err(err.clone().context(format!(
+                    "event timing: the work the {which} event followed failed"
+                )));
+            }
+            s.completed_at.ok_or_else(|| {
+                Error::InvalidArgument(format!("event timing: the {which} event has no time"))
+            })
+        };
+        let (start, end) = (at(earlier, "start")?, at(self, "end")?);
+        end.checked_duration_since(start).ok_or_else(|| {
+            Error::InvalidArgument(
+                "event timing: the start event completed after the end event".into(),
+            )
+        })
     }
 
     /// Whether the event as last recorded has completed (a never-recorded event has).

@@ -17,7 +17,7 @@
 //! `odd-strings` (device names with a newline and a terminal escape). `OFFLOAD_TESTDEV_DEVICES`
 //! sets the device count (default 2).
 
-use offload_core::abi::{AbiHeader, PluginTable, TABLE_SIZE_1_0, TABLE_SIZE_1_1};
+use offload_core::abi::{AbiHeader, PluginTable, TABLE_SIZE_1_0, TABLE_SIZE_1_1, TABLE_SIZE_1_3};
 use offload_core::image::{ElfRequirements, ImageKind, elf_type};
 use offload_core::jit::ParamType;
 use offload_core::{
@@ -293,8 +293,9 @@ pub extern "C" fn offload_plugin_entry() -> *const PluginTable {
         "null-jit-stats" => damaged(&|t| t.jit_stats = None),
         "abi-1.0" => guarded_copy(good, TABLE_SIZE_1_0, 0),
         "abi-1.1" => guarded_copy(good, TABLE_SIZE_1_1, 1),
-        // A whole table that says 1.3: the runtime must not send it 1.4's word arguments.
-        "abi-1.3" => guarded_copy(good, std::mem::size_of::<PluginTable>(), 3),
+        // A 1.3 table (1.3 and 1.4 have the same entries) that says 1.3: the runtime must not
+        // send it 1.4's word arguments, and it has no event timing (1.5).
+        "abi-1.3" => guarded_copy(good, TABLE_SIZE_1_3, 3),
         "null-entry" => std::ptr::null(),
         _ => table,
     }

@@ -162,6 +162,7 @@ pub fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
         event_query: Some(abi_event_query),
         event_destroy: Some(abi_event_destroy),
         plugin_properties: Some(abi_plugin_properties),
+        event_elapsed: Some(abi_event_elapsed),
     }))
 }
 
@@ -725,6 +726,25 @@ unsafe extern "C" fn abi_event_query(
         guarded(ctx, err, |s| {
             let done = s.device(dev)?.event_query(EventHandle(event))?;
             write_out(out, u32::from(done))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_event_elapsed(
+    ctx: Ctx,
+    dev: u32,
+    start: u64,
+    end: u64,
+    out: *mut u64,
+    err: Err,
+) -> i32 {
+    // SAFETY: ABI contract.
+    unsafe {
+        guarded(ctx, err, |s| {
+            let d = s
+                .device(dev)?
+                .event_elapsed(EventHandle(start), EventHandle(end))?;
+            write_out(out, u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         })
     }
 }

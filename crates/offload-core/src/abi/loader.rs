@@ -121,6 +121,7 @@ fn entries(t: &PluginTable) -> Vec<(&'static str, usize, bool)> {
         event_synchronize,
         event_query,
         event_destroy,
+        event_elapsed,
     )
 }
 
@@ -820,6 +821,17 @@ impl GenericDevice for LoadedDevice {
             // SAFETY: checked entry.
             |f, ctx, err| unsafe { f(ctx, self.dev, event.0, err) },
         )
+    }
+
+    fn event_elapsed(&self, start: EventHandle, end: EventHandle) -> Result<std::time::Duration> {
+        let mut ns = 0u64;
+        self.call(
+            "event_elapsed",
+            self.table().event_elapsed,
+            // SAFETY: checked entry; live out-pointer.
+            |f, ctx, err| unsafe { f(ctx, self.dev, start.0, end.0, &mut ns, err) },
+        )?;
+        Ok(std::time::Duration::from_nanos(ns))
     }
 }
 

@@ -20,6 +20,7 @@
 //!   `offload info`).
 //! - ABI 1.4 adds the kernel-argument kind `word` ([`crate::KernelArg::Word`]): one
 //!   pointer-sized value passed as the kernel's parameter is declared (OpenMP's convention).
+//! - ABI 1.5 adds `event_elapsed`: the time between two completed events.
 //! - The runtime never forms a reference to a plugin's table: it copies the `table_size`
 //!   bytes the plugin declares into a zeroed table of its own (entries a shorter, older table
 //!   lacks stay null), and refuses a table whose version requires an entry that is null.
@@ -37,7 +38,7 @@ pub const ABI_MAGIC: u64 = u64::from_le_bytes(*b"OFFLDPLG");
 /// Major ABI version: tables with another major version are refused.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor ABI version: a larger minor only appends entries to the table.
-pub const ABI_MINOR: u16 = 4;
+pub const ABI_MINOR: u16 = 5;
 /// The one symbol every plugin library exports (`extern "C" fn() -> *const PluginTable`).
 pub const ENTRY_SYMBOL: &str = "offload_plugin_entry";
 /// Queue value meaning "run synchronously".
@@ -272,6 +273,10 @@ pub mod entry {
     /// `event_query(ctx, dev, event, out_done, err)`
     pub type EventQuery =
         unsafe extern "C" fn(Ctx, dev: u32, event: u64, out: *mut u32, Err) -> i32;
+    /// `event_elapsed(ctx, dev, start, end, out_ns, err)`: nanoseconds from `start`'s completion
+    /// to `end`'s.
+    pub type EventElapsed =
+        unsafe extern "C" fn(Ctx, dev: u32, start: u64, end: u64, out_ns: *mut u64, Err) -> i32;
     /// `image_claims(ctx, out, err)`: one claim per line (`elf:62`, `bitcode:<triple>`, `ptx`,
     /// `fatbin`).
     pub type ImageClaims = unsafe extern "C" fn(Ctx, out: *const AbiStringOut, Err) -> i32;
@@ -347,6 +352,9 @@ pub struct PluginTable {
     /// Facts about the plugin for `offload info` (`key=value` lines: which driver library it
     /// loaded, which `ptxas` it uses, ...).
     pub plugin_properties: Option<entry::ImageClaims>,
+    // ---- ABI 1.5 ----
+    /// The time from one completed event to another (writes nanoseconds).
+    pub event_elapsed: Option<entry::EventElapsed>,
 }
 
 /// Size of a 1.0 table: the smallest table the runtime accepts. Entries after it are used only
@@ -356,8 +364,10 @@ pub const TABLE_SIZE_1_0: usize = std::mem::offset_of!(PluginTable, jit_stats);
 pub const TABLE_SIZE_1_1: usize = std::mem::offset_of!(PluginTable, set_jit_service);
 /// Size of a 1.2 table (1.1 plus `set_jit_service`).
 pub const TABLE_SIZE_1_2: usize = std::mem::offset_of!(PluginTable, image_claims);
-/// Size of a 1.3 table (this version).
-pub const TABLE_SIZE_1_3: usize = std::mem::size_of::<PluginTable>();
+/// Size of a 1.3 table (and of 1.4, which added no entry).
+pub const TABLE_SIZE_1_3: usize = std::mem::offset_of!(PluginTable, event_elapsed);
+/// Size of a 1.5 table (this version).
+pub const TABLE_SIZE_1_5: usize = std::mem::size_of::<PluginTable>();
 /// Largest `table_size` the runtime believes (a bigger one is corruption).
 pub const MAX_TABLE_SIZE: usize = 64 << 10;
 
