@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "demo: building offload and the host plugin (cargo build --release)"
-cargo build --release --quiet -p offload-cli -p plugin-host -p plugin-host-elf
+cargo build --release --quiet -p offload-cli -p offload-plugin-host -p plugin-host-elf
 exec target/release/offload demo "$@"

@@ -10,8 +10,8 @@
 //! defines the `offload_plugin_entry` symbol), so it is not part of the `offload_tests` library.
 
 use offload::LaunchDims;
-use offload_plugin_cuda::fatbin::{self, EntryKind};
-use offload_plugin_cuda::sm::Sm;
+use offload_cuda::fatbin::{self, EntryKind};
+use offload_cuda::sm::Sm;
 use offload_tests::gpu_check::{KERNELS, cases, compare_kinds, host_results, per_call_us};
 use offload_tests::{host_kernel, nvptx_bitcode, nvptx_jit, ptxas_cubin};
 use std::path::Path;

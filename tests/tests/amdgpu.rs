@@ -4,11 +4,11 @@
 //! relocatable objects and damaged images are refused with the reason; the real ROCm runtime
 //! (Debian's libhsa-runtime64) loads and reports no GPU in plain words.
 
-use offload_core::image::ImageKind;
-use offload_plugin_amdgpu::metadata::{self, ArgKind};
-use offload_plugin_amdgpu::target::{
+use offload_amdgpu::metadata::{self, ArgKind};
+use offload_amdgpu::target::{
     Setting, TargetId, code_object_target, gfx_of_mach, known_processors,
 };
+use offload_core::image::ImageKind;
 use offload_tests::*;
 use std::path::Path;
 
@@ -98,7 +98,7 @@ fn jit_code_objects_carry_the_target_and_every_kernels_argument_layout() {
             assert_eq!(info.file_type, offload_core::image::elf_type::DYN);
             assert_eq!(info.os_abi, 64, "OS/ABI HSA");
             assert_eq!(image[8], 3, "code object v5");
-            offload_plugin_amdgpu::check_native(&image, &ImageKind::Elf(info)).unwrap();
+            offload_amdgpu::check_native(&image, &ImageKind::Elf(info)).unwrap();
             let target = code_object_target(&info, image[8]).unwrap();
             assert_eq!(target.processor, gfx);
             target.runs_on(&device(gfx)).unwrap();
@@ -214,7 +214,7 @@ fn clang_code_object(kernel: &str, gfx: &str, extra: &[&str], tag: &str) -> Vec<
 fn clang_code_objects_pass_and_relocatable_or_foreign_ones_are_refused_with_the_reason() {
     let check = |image: &[u8]| {
         offload_core::classify(image)
-            .and_then(|k| offload_plugin_amdgpu::check_native(image, &k))
+            .and_then(|k| offload_amdgpu::check_native(image, &k))
             .map_err(|e| e.to_string())
     };
     let linked = clang_code_object("saxpy", "gfx90a", &[], "saxpy-linked");
@@ -280,7 +280,7 @@ fn mutated_code_objects_are_errors_never_panics() {
         }
         let answer = std::panic::catch_unwind(|| {
             let kind = offload_core::classify(&m)?;
-            offload_plugin_amdgpu::check_native(&m, &kind)?;
+            offload_amdgpu::check_native(&m, &kind)?;
             let ImageKind::Elf(info) = kind else {
                 return Ok(());
             };

@@ -190,7 +190,7 @@ fn every_argument_explicit_and_hidden_is_laid_out_as_the_metadata_says() {
     // The metadata of this code object (read independently, by the plugin's reader, from the
     // file) says where each argument goes.
     let image = std::fs::read(&co).unwrap();
-    let meta = offload_plugin_amdgpu::metadata::read(&image).unwrap();
+    let meta = offload_amdgpu::metadata::read(&image).unwrap();
     let k = meta.kernel("args16").unwrap();
     let want_values: Vec<Vec<u8>> = vec![
         (-1i32).to_le_bytes().to_vec(),

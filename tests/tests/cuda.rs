@@ -5,8 +5,8 @@
 //! cubin, PTX, fatbin and bitcode, compared with the host plugin's results.
 
 use offload_core::image::ImageKind;
-use offload_plugin_cuda::fatbin::{self, EntryKind};
-use offload_plugin_cuda::sm::{Sm, cubin_sm, ptx_target};
+use offload_cuda::fatbin::{self, EntryKind};
+use offload_cuda::sm::{Sm, cubin_sm, ptx_target};
 use offload_tests::nvptx_jit as jit;
 
 #[path = "../src/cuda_check.rs"]
@@ -31,7 +31,7 @@ fn nvptx_bitcode_becomes_a_cubin_that_sm_90_accepts_and_sm_80_refuses() {
             "{k}: EM_CUDA"
         );
         let kind = offload_core::classify(&cubin).unwrap();
-        offload_plugin_cuda::check_native(&cubin, &kind).unwrap();
+        offload_cuda::check_native(&cubin, &kind).unwrap();
         let sm = cubin_sm(&cubin).unwrap();
         assert_eq!(sm.to_string(), "sm_90", "{k}");
         sm.cubin_runs_on(h200).unwrap();
@@ -117,7 +117,7 @@ fn fatbins_give_each_device_its_best_entry() {
     ]);
     let kind = offload_core::classify(&fat).unwrap();
     assert_eq!(kind, ImageKind::CudaFatbin);
-    offload_plugin_cuda::check_native(&fat, &kind).unwrap();
+    offload_cuda::check_native(&fat, &kind).unwrap();
     let entries = fatbin::entries(&fat).unwrap();
     assert_eq!(entries.len(), 4);
     let pick = |major, minor| fatbin::select(&entries, Sm::device(major, minor)).map(|e| e.label());

@@ -275,7 +275,7 @@ fn wrong_arguments_are_refused_before_the_driver_sees_them() {
 
 #[test]
 fn every_image_kind_loads_and_launches_through_the_driver() {
-    use offload_plugin_cuda::fatbin::{EntryKind, build};
+    use offload_cuda::fatbin::{EntryKind, build};
     let dir = scratch("fake-cuda-kinds");
     let bc = nvptx_bitcode("saxpy", "sm_80");
     let ptx = nvptx_jit(&bc, "sm_80", &["--emit-ptx"], "kinds-ptx");

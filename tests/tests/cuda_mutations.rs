@@ -5,8 +5,8 @@
 //! mutant is refused with an error or loaded; none panics the plugin or crashes the process.
 
 use offload_core::{Error, ImageKind};
-use offload_plugin_cuda::fatbin::{self, EntryKind};
-use offload_plugin_cuda::sm::{Sm, cubin_sm, ptx_target};
+use offload_cuda::fatbin::{self, EntryKind};
+use offload_cuda::sm::{Sm, cubin_sm, ptx_target};
 use offload_tests::*;
 
 fn mutate(original: &[u8], i: usize, r: &[u8]) -> Vec<u8> {
@@ -29,7 +29,7 @@ fn mutate(original: &[u8], i: usize, r: &[u8]) -> Vec<u8> {
 /// Every check a CUDA device of `sm` makes, without the driver.
 fn checks(image: &[u8], sm: Sm) -> Result<(), Error> {
     let kind = offload_core::classify(image)?;
-    offload_plugin_cuda::check_native(image, &kind)?;
+    offload_cuda::check_native(image, &kind)?;
     match kind {
         ImageKind::Elf(_) => cubin_sm(image)?.cubin_runs_on(sm),
         ImageKind::Ptx => ptx_target(image)?.ptx_runs_on(sm),

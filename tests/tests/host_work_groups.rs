@@ -491,7 +491,7 @@ fn barrier_and_shared_memory_kernels_compile_for_nvptx64_and_amdgcn() {
             co.windows(4).any(|w| w == [0x00, 0x00, 0x8a, 0xbf]),
             "{kernel}: no s_barrier"
         );
-        let meta = offload_plugin_amdgpu::metadata::read(&co).unwrap();
+        let meta = offload_amdgpu::metadata::read(&co).unwrap();
         let lds = meta.kernels[0].group_segment_fixed_size;
         if kernel == "scan" {
             assert!(

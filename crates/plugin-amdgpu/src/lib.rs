@@ -215,4 +215,4 @@ impl Backend for AmdgpuBackend {
     }
 }
 
-offload_plugin_common::export_backend!(AmdgpuBackend::default);
+// The ABI entry symbol is defined by crates/plugins/amdgpu (liboffload_plugin_amdgpu.so).

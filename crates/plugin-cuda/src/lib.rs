@@ -178,4 +178,4 @@ impl Backend for CudaBackend {
     }
 }
 
-offload_plugin_common::export_backend!(CudaBackend::default);
+// The ABI entry symbol is defined by crates/plugins/cuda (liboffload_plugin_cuda.so).
