@@ -785,3 +785,53 @@ fn host_memory_a_plugin_cannot_give_is_refused_before_any_slice_exists() {
         "{e}"
     );
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Particle {
+    pos: [f32; 3],
+    id: u32,
+}
+offload::device_copy_pod!(Particle);
+
+#[test]
+fn pod_structs_cross_to_the_device_without_unsafe() {
+    let (_rt, device) = host();
+    let ps: Vec<Particle> = (0..100)
+        .map(|i| Particle {
+            pos: [i as f32, 2.0 * i as f32, -1.0],
+            id: i,
+        })
+        .collect();
+    let d = device.upload(&ps).unwrap();
+    assert_eq!(d.size(), 100 * 16);
+    assert_eq!(d.to_vec().unwrap(), ps);
+    d.slice(10..20)
+        .unwrap()
+        .fill(Particle {
+            pos: [0.0; 3],
+            id: 7,
+        })
+        .unwrap();
+    assert!(d.to_vec().unwrap()[10..20].iter().all(|p| p.id == 7));
+    // A struct's elements are unknown to the checked launch: refused, naming why.
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let mut dp = device.upload(&ps).unwrap();
+    let e = program
+        .kernel("saxpy")
+        .unwrap()
+        .launch(LaunchDims::linear(1, 1))
+        .arg(1i32)
+        .arg(1.0f32)
+        .arg(&d)
+        .arg(&mut dp)
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the launch passes a buffer of") && e.contains("Particle"),
+        "{e}"
+    );
+}

@@ -217,7 +217,9 @@ impl JitClient {
     }
 
     /// Where the worker (or, in-process, the engine library) is: `OFFLOAD_JIT_WORKER`, else the
-    /// search directories, else the directory of the running executable.
+    /// search directories, else the directory of the running executable, else (the worker
+    /// only) the directories of `PATH`, where `cargo install --path crates/offload-jit` puts
+    /// it.
     pub fn locate(&self, name: &str) -> Result<PathBuf> {
         let config = self.config()?;
         if let Some(w) = &config.worker {
@@ -232,7 +234,18 @@ impl JitClient {
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf));
         let dirs = lock(&self.search_dirs).clone();
-        for dir in dirs.iter().chain(exe_dir.iter()) {
+        let path_dirs: Vec<PathBuf> = if name == WORKER_NAME {
+            std::env::var_os("PATH")
+                .map(|p| {
+                    std::env::split_paths(&p)
+                        .filter(|d| d.is_absolute())
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        for dir in dirs.iter().chain(exe_dir.iter()).chain(path_dirs.iter()) {
             let candidate = dir.join(name);
             if candidate.is_file() {
                 return Ok(candidate);
@@ -240,8 +253,8 @@ impl JitClient {
             tried.push(dir.display().to_string());
         }
         Err(Error::NotFound(format!(
-            "the JIT {} '{name}' is not in any of: {} (build it with `cargo build --workspace`, or \
-             set {} to its path)",
+            "the JIT {} '{name}' is not in any of: {} (build it with `cargo build --workspace` or \
+             install it with `cargo install --path crates/offload-jit`, or set {} to its path)",
             if name == WORKER_NAME {
                 "worker"
             } else {

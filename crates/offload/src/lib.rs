@@ -67,3 +67,31 @@ macro_rules! include_kernels {
         include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".offload")) as &[u8]
     };
 }
+
+/// With the `bytemuck` feature: implements [`DeviceCopy`] for types that are `bytemuck::Pod`
+/// (no padding, every bit pattern valid, no pointers: `DeviceCopy`'s contract), so that plain
+/// data structs cross to the device without `unsafe` in the program:
+///
+/// ```ignore
+/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(C)]
+/// struct Particle { pos: [f32; 3], id: u32 }
+/// offload::device_copy_pod!(Particle);
+/// ```
+#[cfg(feature = "bytemuck")]
+#[macro_export]
+macro_rules! device_copy_pod {
+    ($($t:ty),* $(,)?) => { $(
+        const _: () = {
+            fn pod<T: $crate::__bytemuck::Pod + Send + Sync>() {}
+            let _ = pod::<$t>;
+        };
+        // SAFETY: the type is `bytemuck::Pod` (checked at compile time above): Copy, no
+        // padding, every bit pattern (all zeros included) valid, no pointers; and Send + Sync.
+        unsafe impl $crate::DeviceCopy for $t {}
+    )* };
+}
+
+#[cfg(feature = "bytemuck")]
+#[doc(hidden)]
+pub use bytemuck as __bytemuck;
