@@ -76,7 +76,8 @@ fn main() {
     let n = 200_000;
     // SAFETY: `direct` is `void empty(void)`.
     let direct_ns = per_call_ns(n, || unsafe { black_box(direct)() });
-    let raw = device.raw().clone();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { device.raw() }.clone();
     // saxpy on one element: four arguments, two buffers whose extents the builder checks.
     let saxpy_image = std::fs::read(host_kernel("saxpy")).unwrap();
     let saxpy_program = device.load(&saxpy_image).unwrap();

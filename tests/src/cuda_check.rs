@@ -117,7 +117,8 @@ pub fn offload_launch_us(
         // SAFETY: the buffers are as long as the kernel touches for these arguments.
         unsafe { program.launch(&kernel, &dims, &[]) }.unwrap()
     });
-    let raw = gpu.raw();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { gpu.raw() };
     let queue = raw.queue_create().map_err(|e| e.to_string())?;
     let queued = per_call_us(1, || {
         for _ in 0..n {

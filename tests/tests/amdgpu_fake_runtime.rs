@@ -487,7 +487,8 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
     let program = device.load(&image).unwrap();
     let owned_kernel = program.kernel("saxpy").unwrap();
     let kernel = &owned_kernel;
-    let raw = device.raw().clone();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { device.raw() }.clone();
     let n = 4096usize;
     std::thread::scope(|s| {
         for t in 0..4 {

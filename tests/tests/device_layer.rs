@@ -64,7 +64,8 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
             }
         });
         // The freed addresses are gone for new work.
-        let raw = device.raw();
+        // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+        let raw = unsafe { device.raw() };
         assert!(raw.free(xp).is_err() && raw.free(yp).is_err());
     }
     println!(
@@ -72,7 +73,8 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
     );
 
     // Deterministic: the queue holds the buffers from the moment the work is accepted.
-    let raw = device.raw();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { device.raw() };
     let q = raw.queue_create().unwrap();
     let x = device.alloc_buffer((n * 4) as u64).unwrap();
     let y = device.alloc_buffer((n * 4) as u64).unwrap();
@@ -112,7 +114,8 @@ fn many_threads_launching_copying_and_freeing_at_random() {
         for t in 0..threads {
             let (device, program) = (device.clone(), program.clone());
             s.spawn(move || {
-                let raw = device.raw().clone();
+                // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+                let raw = unsafe { device.raw() }.clone();
                 let q = raw.queue_create().unwrap();
                 let mut seq =
                     offload_core::rand::XorShift(0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1));
@@ -205,7 +208,8 @@ fn events_order_work_across_queues_on_the_host() {
         .load(&std::fs::read(host_kernel("saxpy")).unwrap())
         .unwrap();
     let k = program.kernel("saxpy").unwrap();
-    let raw = device.raw();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { device.raw() };
     let (producer, consumer) = (raw.queue_create().unwrap(), raw.queue_create().unwrap());
     let n = 1 << 20;
     let x = device.alloc_buffer((n * 4) as u64).unwrap();

@@ -456,7 +456,8 @@ fn queue_operations_go_on_their_queues_tracks() {
         .unwrap();
     let kernel = program.kernel("which").unwrap();
     let buf = device.alloc_buffer(256).unwrap();
-    let raw = device.raw();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { device.raw() };
     let q = raw.queue_create().unwrap();
     raw.launch(
         kernel.handle(),

@@ -380,7 +380,8 @@ fn handles_are_bound_to_their_owner() {
     let e = unsafe { b.launch(&ka, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())]) }
         .unwrap_err();
     assert!(e.to_string().contains("belongs to program"), "{e}");
-    let (r0, r1) = (d0.raw(), d1.raw());
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let (r0, r1) = (unsafe { d0.raw() }, unsafe { d1.raw() });
     // A program of device 0 used on device 1.
     let e = r1.kernel(a.handle(), "fill").unwrap_err().to_string();
     assert!(
@@ -486,7 +487,8 @@ fn a_failed_queue_reports_its_error_and_refuses_work_until_recreated() {
         program.kernel("panic").unwrap(),
     );
     let buf = d.alloc_buffer(64).unwrap();
-    let raw = d.raw();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { d.raw() };
     let q = raw.queue_create().unwrap();
     let dims = LaunchDims::linear(1, 4);
     let args = [KernelArg::U32(9), KernelArg::Ptr(buf.ptr())];

@@ -68,7 +68,8 @@ fn a_queue_runs_copies_and_launches_in_order_asynchronously() {
     let device = rt.device("host", 0).unwrap();
     let program = device.load(&image).unwrap();
     let kernel = program.kernel("saxpy").unwrap();
-    let raw = device.raw();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { device.raw() };
     let n = 10_000usize;
     let x: Vec<u8> = f32_bytes(&(0..n).map(|i| i as f32).collect::<Vec<_>>());
     let y: Vec<u8> = f32_bytes(&vec![1.0; n]);
@@ -155,8 +156,8 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
         .unwrap_err();
     assert!(e.to_string().contains("at most 1024"), "{e}");
     assert!(buf.write(&[0u8; 65]).is_err());
-    let e = device
-        .raw()
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let e = unsafe { device.raw() }
         .free(offload::DevicePtr(buf.ptr().0 + 8))
         .unwrap_err();
     assert!(
@@ -168,8 +169,8 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
     assert!(e.to_string().contains("exported functions: saxpy"), "{e}");
     // Functions the image merely imports (from libc) are not kernels.
     assert!(program.kernel("memcpy").is_err());
-    let e = device
-        .raw()
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let e = unsafe { device.raw() }
         .alloc(u64::MAX / 2, offload::MemoryKind::Device)
         .unwrap_err();
     assert!(matches!(e, Error::OutOfMemory(_)), "{e}");
@@ -336,14 +337,17 @@ fn the_runtime_builder_takes_settings_in_code_and_fails_when_nothing_is_found() 
     let device = rt.default_device().unwrap();
     assert_eq!(device.to_string(), "host:0");
     // One device object per device: the same device twice is the same device.
+    let again = rt.device("host", 0).unwrap();
+    // SAFETY: only the trait objects' addresses are compared.
+    let (a, b) = unsafe { (device.raw(), again.raw()) };
     assert!(std::ptr::eq(
-        Arc::as_ptr(device.raw()) as *const (),
-        Arc::as_ptr(rt.device("host", 0).unwrap().raw()) as *const ()
+        Arc::as_ptr(a) as *const (),
+        Arc::as_ptr(b) as *const ()
     ));
     let e = device.alloc::<u8>(0).unwrap_err().to_string();
     assert!(e.contains("cannot be allocated"), "{e}");
-    let e = device
-        .raw()
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let e = unsafe { device.raw() }
         .alloc(0, offload::MemoryKind::Device)
         .unwrap_err()
         .to_string();
@@ -465,7 +469,8 @@ fn a_synchronous_read_after_queued_work_on_the_buffer_sees_that_work() {
     let big = 4 << 20;
     let bx = device.upload(&vec![1.0f32; big]).unwrap();
     let by = device.alloc::<f32>(big).unwrap();
-    let raw = device.raw().clone();
+    // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
+    let raw = unsafe { device.raw() }.clone();
     let queue = raw.queue_create().unwrap();
     let dims = LaunchDims::for_elems(n as u64, 256).unwrap();
     let big_dims = LaunchDims::for_elems(big as u64, 256).unwrap();

@@ -36,7 +36,7 @@ impl std::fmt::Debug for Queue {
 
 impl Queue {
     pub(crate) fn new(device: Device) -> Result<Queue> {
-        let handle = device.raw().queue_create()?;
+        let handle = device.inner().queue_create()?;
         Ok(Queue {
             device,
             handle,
@@ -64,7 +64,7 @@ impl Queue {
         // Only what was queued before the wait may go: another thread may queue (and push)
         // more while this one waits.
         let before = lock(&self.owned).len();
-        let r = self.device.raw().queue_synchronize(self.handle);
+        let r = self.device.inner().queue_synchronize(self.handle);
         // Whatever the outcome, every job submitted before the wait has run or been skipped.
         lock(&self.owned).drain(..before);
         r
@@ -86,7 +86,7 @@ impl Queue {
         // until a synchronisation has seen the copy run (a Vec's heap block does not move when
         // the Vec does).
         unsafe {
-            self.device.raw().copy_to_device(
+            self.device.inner().copy_to_device(
                 buf.ptr(),
                 data.as_ptr().cast::<u8>(),
                 bytes,
@@ -109,14 +109,17 @@ impl Queue {
         self.check_device(dst.device_identity(), "copy")?;
         self.check_device(src.device_identity(), "copy")?;
         dst.check_len(src.len(), "queued copy")?;
-        self.device
-            .raw()
-            .copy_device_to_device(dst.ptr(), src.ptr(), src.size(), Some(self.handle))
+        self.device.inner().copy_device_to_device(
+            dst.ptr(),
+            src.ptr(),
+            src.size(),
+            Some(self.handle),
+        )
     }
 
     /// An event recorded now on this queue: it completes when the work enqueued before it has.
     pub fn record(&self) -> Result<Event> {
-        let raw = self.device.raw();
+        let raw = self.device.inner();
         let handle = raw.event_create()?;
         let event = Event {
             device: self.device.clone(),
@@ -129,7 +132,7 @@ impl Queue {
     /// Makes this queue's later work wait until `event` completes.
     pub fn wait(&self, event: &Event) -> Result<()> {
         self.check_device(event.device.identity(), "wait")?;
-        self.device.raw().event_wait(event.handle, self.handle)
+        self.device.inner().event_wait(event.handle, self.handle)
     }
 
     /// Runs `f` with a scope in which queued copies may borrow host memory, and launches
@@ -178,7 +181,7 @@ impl Queue {
 impl Drop for Queue {
     fn drop(&mut self) {
         // Destroying waits for the queue to drain, so the host memory it owns outlives the work.
-        let _ = self.device.raw().queue_destroy(self.handle);
+        let _ = self.device.inner().queue_destroy(self.handle);
         lock(&self.owned).clear();
     }
 }
@@ -198,12 +201,12 @@ impl std::fmt::Debug for Event {
 impl Event {
     /// Waits on the calling thread until it completes; the error of the work it followed.
     pub fn synchronize(&self) -> Result<()> {
-        self.device.raw().event_synchronize(self.handle)
+        self.device.inner().event_synchronize(self.handle)
     }
 
     /// Whether it has completed.
     pub fn is_complete(&self) -> Result<bool> {
-        self.device.raw().event_query(self.handle)
+        self.device.inner().event_query(self.handle)
     }
 
     /// The time from `earlier`'s completion to this event's (both recorded on queues of the
@@ -217,13 +220,15 @@ impl Event {
                 "event timing: {earlier:?} and {self:?} belong to different devices"
             )));
         }
-        self.device.raw().event_elapsed(earlier.handle, self.handle)
+        self.device
+            .inner()
+            .event_elapsed(earlier.handle, self.handle)
     }
 }
 
 impl Drop for Event {
     fn drop(&mut self) {
-        let _ = self.device.raw().event_destroy(self.handle);
+        let _ = self.device.inner().event_destroy(self.handle);
     }
 }
 

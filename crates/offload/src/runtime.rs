@@ -943,8 +943,21 @@ impl Device {
         self.kind
     }
 
-    /// The underlying trait object, for operations not wrapped here (queues, raw copies).
-    pub fn raw(&self) -> &Arc<dyn GenericDevice> {
+    /// The device API below the safe layer: the plugin's trait object, for operations not
+    /// wrapped here.
+    ///
+    /// # Safety
+    /// Its copies and launches take raw device addresses and are not checked against the
+    /// safe layer's buffers, borrows or kernel records (only the plugin's own checks apply: on
+    /// the host, that pointers point into live allocations). The caller must not write memory
+    /// that a [`crate::HostBuffer`] slice, a queued operation or a launch of the safe layer
+    /// may be using, and must make every launch's buffers as long as its kernel touches.
+    pub unsafe fn raw(&self) -> &Arc<dyn GenericDevice> {
+        &self.inner
+    }
+
+    /// The device API, for this crate's own checked wrappers.
+    pub(crate) fn inner(&self) -> &Arc<dyn GenericDevice> {
         &self.inner
     }
 

@@ -83,13 +83,16 @@ pub struct OmpDevice {
 
 impl pool::Backing for Device {
     fn alloc_raw(&self, size: u64) -> Result<u64, String> {
-        self.raw()
+        // SAFETY: OpenMP's mappings are raw device addresses by design; this runtime uses no
+        // HostBuffer and no safe-layer queue on them.
+        unsafe { self.raw() }
             .alloc(size, MemoryKind::Device)
             .map(|p| p.0)
             .map_err(|e| e.to_string())
     }
     fn free_raw(&self, ptr: u64) {
-        let _ = self.raw().free(offload::DevicePtr(ptr));
+        // SAFETY: as in alloc_raw.
+        let _ = unsafe { self.raw() }.free(offload::DevicePtr(ptr));
     }
 }
 
@@ -151,7 +154,9 @@ impl DeviceMemory for OmpDevice {
         );
         // SAFETY: the program hands over `size` readable bytes at `src` (the OpenMP contract).
         let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, size as usize) };
-        match self.device.raw().write(offload::DevicePtr(dst), bytes) {
+        // SAFETY: the copy goes to a mapping the program made (raw addresses, OpenMP's model);
+        // no safe-layer buffer or HostBuffer of this runtime refers to it.
+        match unsafe { self.device.raw() }.write(offload::DevicePtr(dst), bytes) {
             Ok(()) => true,
             Err(e) => {
                 messages::error(&format!(
@@ -174,7 +179,8 @@ impl DeviceMemory for OmpDevice {
         );
         // SAFETY: as above, `size` writable bytes at `dst`.
         let bytes = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
-        match self.device.raw().read(bytes, offload::DevicePtr(src)) {
+        // SAFETY: as for the copy to the device.
+        match unsafe { self.device.raw() }.read(bytes, offload::DevicePtr(src)) {
             Ok(()) => true,
             Err(e) => {
                 messages::error(&format!(
@@ -500,7 +506,8 @@ impl Rtl {
                 if lock(&dev.state).loaded.contains_key(&(lib, i)) {
                     continue;
                 }
-                if let Err(e) = dev.device.raw().check_image(&img.bytes) {
+                // SAFETY: an image check touches no memory.
+                if let Err(e) = unsafe { dev.device.raw() }.check_image(&img.bytes) {
                     lock(&dev.state).refused.insert((lib, i), e.to_string());
                     continue;
                 }
@@ -514,13 +521,12 @@ impl Rtl {
                 let mut kernels = Vec::new();
                 for e in img.entries.iter() {
                     if e.size != 0 {
-                        let g =
-                            dev.device
-                                .raw()
-                                .global(program.handle(), &e.name)
-                                .map_err(|err| {
-                                    format!("global '{}' on device {}: {err}", e.name, dev.id)
-                                })?;
+                        // SAFETY: a lookup touches no memory.
+                        let g = unsafe { dev.device.raw() }
+                            .global(program.handle(), &e.name)
+                            .map_err(|err| {
+                                format!("global '{}' on device {}: {err}", e.name, dev.id)
+                            })?;
                         let mut tgt = g.ptr.0;
                         if e.flags & abi::ENTRY_INDIRECT != 0 {
                             // `declare target indirect`: the host function maps to the device
