@@ -81,6 +81,20 @@ if [ "$listed" -ne "$ran" ]; then
   fail=1
 fi
 
+# Doctests (nextest does not run them): the offload crate's runs saxpy on the host backend.
+step "doctests (cargo test --doc --workspace)"
+doc_log=$(mktemp)
+cargo test --quiet --doc --workspace 2>&1 | tee "$doc_log"
+doc_rc=${PIPESTATUS[0]}
+doc_passed=$(sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed.*/\1/p' "$doc_log" | awk '{s+=$1} END {print s+0}')
+doc_failed=$(sed -nE 's/^test result: [a-zA-Z]+\. [0-9]+ passed; ([0-9]+) failed.*/\1/p' "$doc_log" | awk '{s+=$1} END {print s+0}')
+doc_ignored=$(sed -nE 's/^test result: .* ([0-9]+) ignored.*/\1/p' "$doc_log" | awk '{s+=$1} END {print s+0}')
+doc_passed=${doc_passed:-0}; doc_failed=${doc_failed:-0}; doc_ignored=${doc_ignored:-0}
+if [ "$doc_rc" -ne 0 ] && [ "$doc_failed" -eq 0 ]; then doc_failed=1; fi
+[ "$doc_failed" -ne 0 ] && fail=1
+rows+=("$(printf '%-12s %6s %6s %6s   %s' doc "$doc_passed" "$doc_failed" "$doc_ignored" "cargo test --doc --workspace (ignored: examples that need a feature)")")
+rm -f "$doc_log"
+
 # LLVM 19's own OpenMP offload suite against our libomptarget (docs/openmp.md), built as it is
 # (AOT) and with -fopenmp-target-jit: a score below the floor fails the run (Debian's library
 # passes 133 of 137 AOT and no JIT-mode test with a target region; ours 132 and 132 at the last

@@ -20,6 +20,7 @@ pub const MAX_PARAMS_TEXT: u64 = 4096;
 
 /// A C arithmetic type a parameter or an element can have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CType {
     /// `char` (signedness depends on the target: either 8-bit integer fits).
     Char,
@@ -89,6 +90,7 @@ impl CType {
 
 /// What a parameter is.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ParamKind {
     /// A value of an arithmetic type.
     Scalar(CType),

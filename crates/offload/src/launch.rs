@@ -413,6 +413,12 @@ fn check(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: boo
                     passed(source, arg)
                 ));
             }
+            (kind, _) => {
+                return refuse(format!(
+                    "{}: a parameter kind this runtime does not check ({kind:?})",
+                    what()
+                ));
+            }
         }
     }
     Ok(())

@@ -4,15 +4,27 @@
 //! plugin ABI, initialises each on first need, and routes a device image to the plugin that
 //! serves its ELF machine and then to a compatible device.
 //!
-//! ```no_run
+//! ```
 //! use offload::{LaunchDims, Runtime};
-//! # fn main() -> offload::Result<()> {
-//! // saxpy.so: built from
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("offload-doctest-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! # std::fs::write(dir.join("saxpy.c"), "#include \"offload_kernel.h\"\n\
+//! #   OFFLOAD_KERNEL void saxpy(int n, float a, const float *x, float *y) {\n\
+//! #     unsigned i = offload_global_id_x(); if (i < (unsigned)n) y[i] = a * x[i] + y[i]; }\n\
+//! #   OFFLOAD_PARAMS(saxpy, int n, float a, const float x[n], float y[n]);\n")?;
+//! # let kernels = offload_build::Build::new()
+//! #     .file(dir.join("saxpy.c"))
+//! #     .include(concat!(env!("CARGO_MANIFEST_DIR"), "/../../include"))
+//! #     .compile_to(&dir, "saxpy")?;
+//! # let image = std::fs::read(&kernels)?;
+//! // kernels/saxpy.c:
 //! //   OFFLOAD_KERNEL void saxpy(int n, float a, const float *x, float *y) { ... }
 //! //   OFFLOAD_PARAMS(saxpy, int n, float a, const float x[n], float y[n]);
+//! // compiled by build.rs with offload_build::Build::new().file("kernels/saxpy.c").compile("saxpy")
 //! let rt = Runtime::builder().build()?; // fails, naming where it looked, if no plugin is found
 //! let device = rt.default_device()?; // a GPU if there is one, else the host; or device_by_spec("cuda:1")
-//! let program = device.load(&std::fs::read("saxpy.so")?)?;
+//! let program = device.load(&image)?; // in a crate: device.load(offload::include_kernels!("saxpy"))
 //! let x: Vec<f32> = (0..1024).map(|i| i as f32).collect();
 //! let dx = device.upload(&x)?;
 //! let mut dy = device.alloc::<f32>(x.len())?;
@@ -26,6 +38,7 @@
 //!     .arg(&mut dy)
 //!     .run()?; // checked: a buffer shorter than n is refused, naming the parameter
 //! let y: Vec<f32> = dy.to_vec()?;
+//! assert_eq!(y[10], 21.0);
 //! # Ok(()) }
 //! ```
 
@@ -47,11 +60,14 @@ pub use discovery::{
     ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs, dirs_beside,
     plugin_filter, plugin_path_entries,
 };
+/// The vocabulary crate, for what the device API's traits name beyond the re-exports above.
+pub use offload_core;
 pub use offload_core::{
-    DeviceInfo, DeviceKind, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, KernelArg,
-    KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
+    DeviceInfo, DeviceKind, DeviceLimits, DevicePtr, Error, ErrorKind, EventHandle, GenericDevice,
+    GenericPlugin, GlobalSymbol, ImageClaim, JitStats, KernelArg, KernelHandle, LaunchDims,
+    MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
-pub use offload_jit_client::DiskMode;
+pub use offload_jit_client::{DiskMode, JitClient};
 pub use queue::{Event, Queue, QueueScope};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, ENV_DEFAULT_DEVICE, Kernel, LINKED, PluginSlot, PluginStatus,
