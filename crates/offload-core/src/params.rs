@@ -199,7 +199,12 @@ impl Extent {
                     .ok_or_else(overflow)?,
             })
         }
-        let v = go(&self.expr, value)?;
+        // `[n]` and `[64]`, the common extents, without the walk.
+        let v = match &self.expr {
+            Expr::Param(i) => value(*i).ok_or_else(|| format!("parameter {i} has no value"))?,
+            Expr::Literal(v) => i128::from(*v),
+            e => go(e, value)?,
+        };
         u128::try_from(v).map_err(|_| {
             format!(
                 "the extent [{}] is {v} for these arguments; a negative extent is refused",

@@ -444,13 +444,13 @@ fn check_pointer(
     else {
         unreachable!("called for buffers only")
     };
-    let type_name = type_name();
     if p.writable && (host_shared || (!writable && !queued)) {
         return Err(format!(
             "{}: the kernel may write through it, and the launch passes a shared borrow of a \
-             buffer of {type_name}: pass `&mut buffer` or `buffer.slice_mut(..)` (or enqueue \
-             it, where the queue orders the work)",
-            what()
+             buffer of {}: pass `&mut buffer` or `buffer.slice_mut(..)` (or enqueue it, where \
+             the queue orders the work)",
+            what(),
+            type_name()
         ));
     }
     let Some(extent) = &p.extent else {
@@ -474,10 +474,11 @@ fn check_pointer(
         Some((rust, per)) if elem.accepts(rust) => len as u128 * per as u128,
         _ => {
             return Err(format!(
-                "{}: its elements are {} ({} in Rust); the launch passes a buffer of {type_name}",
+                "{}: its elements are {} ({} in Rust); the launch passes a buffer of {}",
                 what(),
                 p.elem_spelling,
-                elem.rust_name()
+                elem.rust_name(),
+                type_name()
             ));
         }
     };
