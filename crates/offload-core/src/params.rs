@@ -154,6 +154,15 @@ enum Expr {
 }
 
 impl Extent {
+    /// The parameter it is, when it is just one (`[n]`): the common case, which a launch
+    /// checks without evaluating.
+    pub fn as_param(&self) -> Option<usize> {
+        match self.expr {
+            Expr::Param(i) => Some(i),
+            _ => None,
+        }
+    }
+
     /// The parameters (by index) it reads.
     pub fn params(&self) -> Vec<usize> {
         let mut out = self.reads();
