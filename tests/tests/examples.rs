@@ -101,3 +101,82 @@ fn a_fresh_crate_outside_the_workspace_runs_saxpy_with_cargo_run() {
     assert!(!target.join("liboffload_plugin_host.so").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn offload_build_packs_every_target_into_one_container_each_device_picks_from() {
+    use offload_build::{Build, Target};
+    let dir = scratch("offload-build");
+    let path = Build::new()
+        .file(repo_root().join("examples/kernels/examples.c"))
+        .include(repo_root().join("include"))
+        .target(Target::Host)
+        .target(Target::HostBitcode)
+        .target(Target::Nvptx("sm_90".into()))
+        .target(Target::Amdgcn("gfx90a".into()))
+        .compile_to(&dir, "all")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bytes = std::fs::read(&path).unwrap();
+    let c = offload_core::container::parse(&bytes).unwrap().unwrap();
+    let labels: Vec<String> = c.entries.iter().map(|e| e.label()).collect();
+    assert_eq!(labels.len(), 4, "{labels:?}");
+    assert!(
+        labels[0].starts_with("x86_64") || labels[0].starts_with("aarch64"),
+        "{labels:?}"
+    );
+    assert_eq!(labels[2], "nvptx64-nvidia-cuda/sm_90");
+    assert_eq!(labels[3], "amdgcn-amd-amdhsa/gfx90a");
+    // Each entry is what its target needs: a host shared object, bitcode, PTX, a code object.
+    use offload_core::ImageKind;
+    let kinds: Vec<ImageKind> = c
+        .entries
+        .iter()
+        .map(|e| offload_core::classify(e.bytes).unwrap())
+        .collect();
+    assert!(matches!(kinds[0], ImageKind::Elf(_)), "{:?}", kinds[0]);
+    assert!(kinds[1].is_jit_input(), "{:?}", kinds[1]);
+    assert!(matches!(kinds[2], ImageKind::Ptx), "{:?}", kinds[2]);
+    assert!(
+        matches!(kinds[3], ImageKind::Elf(ref i) if i.machine == offload_core::image::machine::AMDGPU),
+        "{:?}",
+        kinds[3]
+    );
+    // The host device picks its shared object (the parameter records come along) and runs it.
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let program = device.load(&bytes).unwrap();
+    let mut x = device.upload(&[4.0f32; 8]).unwrap();
+    program
+        .kernel("scale")
+        .unwrap()
+        .launch(offload::LaunchDims::linear(1, 8))
+        .arg(8i32)
+        .arg(0.25f32)
+        .arg(&mut x)
+        .run()
+        .unwrap();
+    assert_eq!(x.to_vec().unwrap(), vec![1.0f32; 8]);
+    // Errors name the problem: a missing source, a failing compile with its diagnostics.
+    let e = Build::new()
+        .file(dir.join("nope.c"))
+        .include(repo_root().join("include"))
+        .compile_to(&dir, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nope.c does not exist"), "{e}");
+    std::fs::write(
+        dir.join("bad.c"),
+        "#include \"offload_kernel.h\"\nOFFLOAD_KERNEL void k(int n) { oops; }\n",
+    )
+    .unwrap();
+    let e = Build::new()
+        .file(dir.join("bad.c"))
+        .include(repo_root().join("include"))
+        .compile_to(&dir, "bad")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("compiling kernels 'bad' for the host (shared object) failed")
+            && e.contains("oops"),
+        "{e}"
+    );
+}
