@@ -835,3 +835,43 @@ fn pod_structs_cross_to_the_device_without_unsafe() {
         "{e}"
     );
 }
+
+#[test]
+fn launches_with_more_arguments_than_stored_inline_keep_every_argument() {
+    // args16 takes 16 arguments (more than the builder keeps inline): each reaches the kernel.
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("args16")).unwrap())
+        .unwrap();
+    let k = program.kernel("args16").unwrap();
+    let n = 8;
+    let mut out = device.alloc::<f64>(n).unwrap();
+    // SAFETY: args16's arguments are these types in this order (its OFFLOAD_SIGNATURE, which
+    // the host plugin checks too), and it writes out[0..n).
+    unsafe {
+        k.launch(LaunchDims::linear(1, 8))
+            .arg(1i32)
+            .arg(2i64)
+            .arg(3.0f32)
+            .arg(4.0f64)
+            .arg(5i32)
+            .arg(6.0f32)
+            .arg(7.0f64)
+            .arg(8i64)
+            .arg(9.0f32)
+            .arg(10.0f64)
+            .arg(11i32)
+            .arg(12.0f64)
+            .arg(13.0f32)
+            .arg(14i64)
+            .arg(&mut out)
+            .arg(n as i32)
+            .run_unchecked()
+    }
+    .unwrap();
+    let s: f64 = (1..=14).map(|i| (i * i) as f64).sum();
+    let got = out.to_vec().unwrap();
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(*v, s * (i + 1) as f64, "out[{i}]");
+    }
+}
