@@ -311,6 +311,11 @@ struct module {
   char *bytes;
   size_t len;
   int ptx;
+  /* Globals looked up so far: device memory holding their initial bytes, freed at unload. */
+  int nglobals;
+  char global_names[16][256];
+  uintptr_t global_ptrs[16];
+  size_t global_sizes[16];
 };
 
 struct function {
@@ -356,7 +361,7 @@ static CUresult load(void **out, const void *image, char *log, size_t log_size) 
     say("load-refused ptx\n");
     return INVALID_PTX;
   }
-  struct module *m = malloc(sizeof *m);
+  struct module *m = calloc(1, sizeof *m);
   m->bytes = malloc(len + 1);
   memcpy(m->bytes, image, len);
   m->bytes[len] = 0;
@@ -386,6 +391,8 @@ CUresult cuModuleLoadFatBinary(void **m, const void *image) { return load(m, ima
 CUresult cuModuleUnload(void *m) {
   NEED_CONTEXT;
   struct module *mod = m;
+  for (int i = 0; i < mod->nglobals; ++i)
+    release(mod->global_ptrs[i], 1 << 0);
   free(mod->bytes);
   free(mod);
   say("unload\n");
@@ -436,10 +443,67 @@ CUresult cuModuleGetFunction(void **out, void *m, const char *name) {
   return OK;
 }
 
+/* Globals of PTX modules, as the driver has them: `.global`/`.const` `.b8 name[N]` with an
+ * optional `= {b, b, ...}` initialiser (the rest zeros), in device memory of their own. Other
+ * element types and binary modules: not found. */
 CUresult cuModuleGetGlobal_v2(uintptr_t *p, size_t *n, void *m, const char *name) {
-  (void)p, (void)n, (void)m, (void)name;
   NEED_CONTEXT;
-  return NOT_FOUND;
+  struct module *mod = m;
+  for (int i = 0; i < mod->nglobals; ++i)
+    if (!strcmp(mod->global_names[i], name)) {
+      if (p)
+        *p = mod->global_ptrs[i];
+      if (n)
+        *n = mod->global_sizes[i];
+      return OK;
+    }
+  if (!mod->ptx || strlen(name) >= 256 || mod->nglobals >= 16)
+    return NOT_FOUND;
+  char key[300];
+  snprintf(key, sizeof key, ".b8 %s[", name);
+  const char *at = strstr(mod->bytes, key);
+  if (!at)
+    return NOT_FOUND;
+  const char *line = at;
+  while (line > mod->bytes && line[-1] != '\n')
+    --line;
+  char decl[256];
+  snprintf(decl, sizeof decl, "%.*s", (int)(at - line < 255 ? at - line : 255), line);
+  if (!strstr(decl, ".global") && !strstr(decl, ".const"))
+    return NOT_FOUND;
+  size_t size = strtoull(at + strlen(key), 0, 10);
+  if (size == 0 || size > (1 << 20))
+    return NOT_FOUND;
+  uintptr_t dev;
+  CUresult r = allocate(&dev, size, 0);
+  if (r != OK)
+    return r;
+  const char *init = strchr(at, '{');
+  const char *end = strchr(at, ';');
+  if (init && end && init < end) {
+    unsigned char *bytes = (unsigned char *)dev;
+    const char *q = init + 1;
+    for (size_t i = 0; i < size && q < end; ++i) {
+      char *next;
+      unsigned long v = strtoul(q, &next, 10);
+      if (next == q)
+        break;
+      bytes[i] = (unsigned char)v;
+      q = next;
+      while (q < end && (*q == ',' || *q == ' '))
+        ++q;
+    }
+  }
+  int g = mod->nglobals++;
+  snprintf(mod->global_names[g], 256, "%s", name);
+  mod->global_ptrs[g] = dev;
+  mod->global_sizes[g] = size;
+  say("global %s %zu\n", name, size);
+  if (p)
+    *p = dev;
+  if (n)
+    *n = size;
+  return OK;
 }
 
 CUresult cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size) {

@@ -150,9 +150,13 @@ fn launches_and_allocations(lines: &[String]) -> (Vec<String>, Vec<u64>) {
         .filter(|l| l.starts_with("launch "))
         .cloned()
         .collect();
+    // Buffers, not the memory of globals (an allocation the driver makes for a `global` line
+    // right after it: the runtime reads the kernels' parameter records that way).
     let allocs = lines
         .iter()
-        .filter_map(|l| l.strip_prefix("alloc 0 0x"))
+        .enumerate()
+        .filter(|(i, _)| !lines.get(i + 1).is_some_and(|n| n.starts_with("global ")))
+        .filter_map(|(_, l)| l.strip_prefix("alloc 0 0x"))
         .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap())
         .collect();
     (launches, allocs)
@@ -583,4 +587,61 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
         "{lines:#?}"
     );
     assert_contracts_kept(&lines, "threads and queues");
+}
+
+#[test]
+fn the_parameter_record_of_a_ptx_kernel_checks_launches_through_the_driver() {
+    use offload::LaunchDims;
+    let log = log_file("params");
+    // SAFETY: this test binary runs each test in its own process (nextest).
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", &log);
+        std::env::set_var("OFFLOAD_PTXAS", ptxas());
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let device = rt.device("cuda", 0).unwrap();
+    // kernels/saxpy.c's OFFLOAD_PARAMS, through the JIT to PTX: the record is a `.global`
+    // the runtime reads with cuModuleGetGlobal and cuMemcpyDtoH, as on a real GPU.
+    let bc = nvptx_bitcode("saxpy", "sm_90");
+    let ptx = nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "params");
+    assert!(
+        String::from_utf8_lossy(&ptx).contains("__offload_params_saxpy"),
+        "the record is in the PTX"
+    );
+    let program = device.load(&ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let params = saxpy.params().unwrap().unwrap();
+    assert_eq!(params.text, "int n, float a, const float x[n], float y[n]");
+    let x = device.upload(&[1.0f32; 16]).unwrap();
+    let mut y = device.upload(&[1.0f32; 16]).unwrap();
+    let e = saxpy
+        .launch(LaunchDims::for_elems(256, 256).unwrap())
+        .arg(256i32)
+        .arg(2.0f32)
+        .arg(&x)
+        .arg(&mut y)
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("may touch 256 element(s)") && e.contains("holds 16"),
+        "{e}"
+    );
+    saxpy
+        .launch(LaunchDims::for_elems(16, 256).unwrap())
+        .arg(16i32)
+        .arg(2.0f32)
+        .arg(&x)
+        .arg(&mut y)
+        .run()
+        .unwrap();
+    drop((saxpy, program, x, y));
+    let lines = log_lines(&log);
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("launch")).count(),
+        1,
+        "only the checked launch reached the driver: {lines:#?}"
+    );
+    assert_contracts_kept(&lines, "params");
 }
