@@ -294,7 +294,9 @@ fn slow_module() -> PathBuf {
     let dir = scratch("diag-progress");
     let c = dir.join("slow.c");
     let bc = dir.join("slow.bc");
-    let n = 150;
+    // Enough functions that the compile outlasts the progress line's 1 s delay with room to
+    // spare on a fast machine (150 took 1.3 s here, under the 1.5 s this test needs).
+    let n = 400;
     let mut src = String::from("#include \"offload_kernel.h\"\n");
     for i in 0..n {
         src.push_str(&format!(

@@ -648,7 +648,7 @@ fn globals_are_typed_views_for_copies_and_arguments() {
     let so = host_so(
         "globals",
         "#include \"offload_kernel.h\"\n\
-         __attribute__((visibility(\"default\"))) float table[16];\n\
+         __attribute__((visibility(\"default\"))) float table[16] = {0.0f, 1.5f, 3.0f, 4.5f, 6.0f, 7.5f, 9.0f, 10.5f, 12.0f, 13.5f, 15.0f, 16.5f, 18.0f, 19.5f, 21.0f, 22.5f};\n\
          __attribute__((visibility(\"default\"))) char odd[10];\n\
          OFFLOAD_KERNEL void lookup(int n, const int *idx, float *out) {\n\
            unsigned i = offload_global_id_x(); if (i < (unsigned)n) out[i] = table[idx[i]]; }\n\
@@ -658,13 +658,13 @@ fn globals_are_typed_views_for_copies_and_arguments() {
          OFFLOAD_PARAMS(sum_into, int n, const float in[n], float acc[n]);\n",
     );
     let (_rt, device) = host();
-    let mut program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
     let lookup = program.kernel("lookup").unwrap();
     let sum_into = program.kernel("sum_into").unwrap();
     let values: Vec<f32> = (0..16).map(|i| i as f32 * 1.5).collect();
     let table = program.global::<f32>("table").unwrap();
     assert_eq!(table.len(), 16);
-    table.write(&values).unwrap();
+    assert_eq!(table.to_vec().unwrap(), values);
     let idx = device.upload(&[3i32, 0, 15, 7]).unwrap();
     let mut out = device.alloc::<f32>(4).unwrap();
     lookup
@@ -675,18 +675,49 @@ fn globals_are_typed_views_for_copies_and_arguments() {
         .run()
         .unwrap();
     assert_eq!(out.to_vec().unwrap(), [4.5, 0.0, 22.5, 10.5]);
-    // A global as a kernel argument the kernel writes, through global_mut.
+    // Globals are read-only to the safe API (one may be read-only data of the image, as the
+    // parameter records are): writes, fills, copies into them and writable kernel arguments
+    // are refused; kernels write their own globals by name.
     let ones = device.upload(&[1.0f32; 16]).unwrap();
-    let acc = program.global_mut::<f32>("table").unwrap();
-    sum_into
+    let e = sum_into
         .launch(LaunchDims::linear(1, 16))
         .arg(16i32)
         .arg(&ones)
-        .arg(acc)
-        .run()
-        .unwrap();
+        .arg(program.global::<f32>("table").unwrap())
+        .run_on(&device.queue().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("parameter 2 'acc'"), "{e}");
+    let e = program
+        .global::<f32>("table")
+        .unwrap()
+        .fill(0.0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("a program's global, which the safe API only reads"),
+        "{e}"
+    );
+    let record = program.global::<u8>("__offload_params_lookup").unwrap();
+    assert!(
+        record
+            .write(b"int n, const int idx[1], float out[1]")
+            .is_err()
+    );
+    assert!(
+        record
+            .copy_from(&device.upload(&[0u8; 8]).unwrap())
+            .is_err()
+    );
+    assert!(
+        device
+            .queue()
+            .unwrap()
+            .upload(record, vec![0u8; 4])
+            .is_err()
+    );
     let after = program.global::<f32>("table").unwrap().to_vec().unwrap();
-    assert_eq!(after, values.iter().map(|v| v + 1.0).collect::<Vec<_>>());
+    assert_eq!(after, values);
     // Sizes that are not whole elements, and names the image does not have.
     let e = program.global::<f32>("odd").unwrap_err().to_string();
     assert!(e.contains("is 10 bytes, not a whole number of f32"), "{e}");
@@ -874,4 +905,58 @@ fn launches_with_more_arguments_than_stored_inline_keep_every_argument() {
     for (i, v) in got.iter().enumerate() {
         assert_eq!(*v, s * (i + 1) as f64, "out[{i}]");
     }
+}
+
+/// A user type whose DeviceCopy impl claims more elements than it holds.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Lies(f32);
+// SAFETY: plain data (one f32); only its ELEMENT is wrong, on purpose.
+unsafe impl offload::DeviceCopy for Lies {
+    const ELEMENT: Option<(offload::CType, usize)> = Some((offload::CType::F32, 1000));
+}
+
+#[test]
+fn an_element_description_that_does_not_add_up_is_ignored_and_host_views_write_exclusively() {
+    let (_rt, device) = host();
+    let program = device
+        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
+        .unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    // 4 Lies claim 4000 floats: the check must not believe it.
+    let x = device.upload(&[1.0f32; 64]).unwrap();
+    let mut lies = device.upload(&[Lies(0.0); 4]).unwrap();
+    let e = saxpy
+        .launch(LaunchDims::linear(1, 64))
+        .arg(64i32)
+        .arg(1.0f32)
+        .arg(&x)
+        .arg(&mut lies)
+        .run()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the launch passes a buffer of"), "{e}");
+    // A mutable view of a host buffer is a writable argument; a shared one is not.
+    let mut hb = device.alloc_host::<f32>(16).unwrap();
+    hb.as_mut_slice().unwrap().fill(1.0);
+    let x = device.upload(&[2.0f32; 16]).unwrap();
+    saxpy
+        .launch(LaunchDims::linear(1, 8))
+        .arg(8i32)
+        .arg(1.0f32)
+        .arg(&x)
+        .arg(hb.view_mut().slice_mut(8..16).unwrap())
+        .run()
+        .unwrap();
+    assert_eq!(hb.as_slice().unwrap()[6..10], [1.0, 1.0, 3.0, 3.0]);
+    let e = saxpy
+        .launch(LaunchDims::linear(1, 8))
+        .arg(8i32)
+        .arg(1.0f32)
+        .arg(&x)
+        .arg(hb.view().slice(8..16).unwrap())
+        .run_on(&device.queue().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("parameter 3 'y'"), "{e}");
 }

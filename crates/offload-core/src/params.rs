@@ -360,7 +360,12 @@ const SPECIFIERS: &[&str] = &[
 struct Parser<'a> {
     toks: &'a [Tok],
     at: usize,
+    /// Parentheses open in the extent being read (bounded: the parser recurses on them).
+    depth: usize,
 }
+
+/// Deepest nesting of parentheses an extent may have.
+const MAX_DEPTH: usize = 32;
 
 impl Parser<'_> {
     fn peek(&self) -> Option<&Tok> {
@@ -476,7 +481,11 @@ fn parse_param(toks: &[Tok], earlier: &[Param]) -> Result<Param, String> {
     if toks.is_empty() {
         return Err("an empty declaration".into());
     }
-    let mut p = Parser { toks, at: 0 };
+    let mut p = Parser {
+        toks,
+        at: 0,
+        depth: 0,
+    };
     let mut specifiers: Vec<String> = Vec::new();
     let mut tag: Option<String> = None;
     let mut typedef: Option<String> = None;
@@ -683,7 +692,14 @@ fn primary(p: &mut Parser<'_>, earlier: &[Param]) -> Result<Expr, String> {
             }
         }
         Some(Tok::Punct('(')) => {
+            if p.depth >= MAX_DEPTH {
+                return Err(format!(
+                    "an extent nested more than {MAX_DEPTH} parentheses deep"
+                ));
+            }
+            p.depth += 1;
             let e = expr(p, earlier)?;
+            p.depth -= 1;
             if !p.eat(')') {
                 return Err("a '(' in an extent without its ')'".into());
             }
@@ -815,6 +831,10 @@ mod tests {
             ("unsigned float x", "is not a C type"),
             ("void v", "type void"),
             ("int, ", "empty declaration"),
+            (
+                &format!("int n, float x[{}n{}]", "(".repeat(5000), ")".repeat(5000)),
+                "nested more than 32 parentheses deep",
+            ),
             ("int long float", "is not a C type"),
         ] {
             let e = KernelParams::parse(text).unwrap_err();

@@ -82,6 +82,13 @@ pub trait GenericPlugin: Send + Sync {
 /// Queue arguments: `None` runs the operation synchronously on the calling thread; `Some(q)`
 /// enqueues it on queue `q` (in order with the queue's other work, asynchronously to the
 /// caller) and [`GenericDevice::queue_synchronize`] waits for it and reports its errors.
+///
+/// Contract the safe API (the `offload` crate) relies on, which the generic device layer
+/// (`plugin-common`) keeps for every backend built on it: a synchronous operation on memory
+/// first waits for the queued operations, on any queue, that use the same allocation or
+/// global; memory an operation uses stays allocated until it has run, even if freed first;
+/// `MemoryKind::Host` and `Shared` allocations that are memory of the calling process may be
+/// handed out as host slices (the runtime checks that they are before it does).
 pub trait GenericDevice: Send + Sync {
     /// Index of the device within its plugin.
     fn index(&self) -> usize;

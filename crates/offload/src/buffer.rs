@@ -18,7 +18,10 @@ use std::sync::Arc;
 /// Implement it only for `Copy` types without padding bytes, for which every bit pattern (all
 /// zeros included) is a valid value and that hold no pointers or references: their bytes are
 /// copied as they are, and device memory comes back as whatever the kernel left.
-/// Integers, floats and arrays of them are (implemented here).
+/// Integers, floats and arrays of them are (implemented here). `ELEMENT`, when given, must
+/// describe the type exactly: `n` values of `c` that fill all of `T` (`c.size() * n ==
+/// size_of::<T>()`); one that does not add up is ignored (the checked launch then refuses the
+/// type), so a wrong `ELEMENT` cannot let a launch past a buffer.
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {
     /// The C arithmetic type this is made of and how many of it (`[f32; 4]`: `float`, 4), if
     /// it is made of one; a checked launch matches it against the kernel's element type.
@@ -128,6 +131,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             len: self.len,
             host: false,
             exclusive: false,
+            read_only: false,
             _t: PhantomData,
         }
     }
@@ -198,6 +202,9 @@ pub struct BufferView<'a, T: DeviceCopy> {
     host: bool,
     /// The view comes from an exclusive borrow ([`BufferViewMut`]).
     exclusive: bool,
+    /// Memory nothing may write through this view: a program's global
+    /// ([`crate::Program::global`]), which may be read-only data of the image.
+    read_only: bool,
     _t: PhantomData<&'a [T]>,
 }
 
@@ -247,6 +254,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
             len,
             host: false,
             exclusive: false,
+            read_only: false,
             _t: PhantomData,
         }
     }
@@ -263,6 +271,12 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
     /// Whether device work may write it: any view, except a shared one of memory the host
     /// reads directly ([`HostBuffer`]).
     pub(crate) fn check_device_write(&self, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::InvalidArgument(format!(
+                "{what} into {self:?}: it is a program's global, which the safe API only reads \
+                 (it may be read-only data of the image)"
+            )));
+        }
         if self.host && !self.exclusive {
             return Err(Error::InvalidArgument(format!(
                 "{what} into {self:?}: it is memory the host reads directly (a HostBuffer), \
@@ -280,9 +294,16 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         self
     }
 
-    /// A shared host reference may exist to it (host memory borrowed shared).
-    pub(crate) fn host_shared(&self) -> bool {
-        self.host && !self.exclusive
+    /// Whether device work must not write it: a shared view of host-visible memory (a host
+    /// reference may exist) or a global.
+    pub(crate) fn device_writes_refused(&self) -> bool {
+        self.read_only || (self.host && !self.exclusive)
+    }
+
+    /// The same view, marked as one nothing may write through.
+    pub(crate) fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     /// The device address of its first element.
@@ -336,6 +357,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
                 len: e - s,
                 host: self.host,
                 exclusive: self.exclusive,
+                read_only: self.read_only,
                 _t: PhantomData,
             }),
             _ => Err(Error::InvalidArgument(format!(
@@ -414,7 +436,9 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
     }
 
     /// Copies all of `src` (a buffer or view of the same device) to the start of this view,
-    /// on the device. Overlapping ranges copy as `memmove` does.
+    /// on the device. Overlapping ranges (two views of one buffer) copy as `memmove` does on the
+    /// host backend; GPU backends do not promise that yet (issue 20), so avoid overlapping
+    /// device copies there.
     pub fn copy_from<'s>(&self, src: impl Into<BufferView<'s, T>>) -> Result<()> {
         let src = src.into();
         self.check_device_write("copy")?;
@@ -450,6 +474,11 @@ impl<T: DeviceCopy> std::fmt::Debug for BufferViewMut<'_, T> {
 }
 
 impl<'a, T: DeviceCopy> BufferViewMut<'a, T> {
+    /// The view itself, still marked exclusive (for kernel arguments the kernel writes).
+    pub(crate) fn exclusive_view(&self) -> BufferView<'_, T> {
+        self.view
+    }
+
     /// A shared view of the same range, for as long as this one is borrowed.
     pub fn view(&self) -> BufferView<'_, T> {
         BufferView {

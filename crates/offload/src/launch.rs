@@ -36,8 +36,8 @@ pub enum ArgSource {
         type_name: fn() -> &'static str,
         /// Borrowed mutably.
         writable: bool,
-        /// Memory a shared host reference may see ([`crate::HostBuffer`] borrowed shared):
-        /// never written by a kernel, on a queue either.
+        /// Memory no kernel may write, on a queue either: a [`crate::HostBuffer`] borrowed
+        /// shared (a host reference may see it) or a program's global.
         host_shared: bool,
         /// Which device object it belongs to.
         device: usize,
@@ -76,10 +76,12 @@ fn buffer_arg<T: DeviceCopy>(v: BufferView<'_, T>, writable: bool) -> (KernelArg
         KernelArg::Ptr(v.ptr()),
         ArgSource::Buffer {
             len: v.len(),
-            element: T::ELEMENT,
+            // An ELEMENT that does not add up to T's size is no element: refused by the check.
+            element: T::ELEMENT
+                .filter(|(c, n)| c.size().checked_mul(*n) == Some(std::mem::size_of::<T>())),
             type_name: std::any::type_name::<T>,
             writable,
-            host_shared: v.host_shared(),
+            host_shared: v.device_writes_refused(),
             device: v.device_identity(),
         },
     )
@@ -118,7 +120,7 @@ impl<'a, T: DeviceCopy> KernelArgument<'a> for BufferView<'a, T> {
 impl<T: DeviceCopy> sealed::Sealed for BufferViewMut<'_, T> {}
 impl<'a, T: DeviceCopy> KernelArgument<'a> for BufferViewMut<'a, T> {
     fn to_arg(&self) -> (KernelArg, ArgSource) {
-        buffer_arg(self.view(), true)
+        buffer_arg(self.exclusive_view(), true)
     }
 }
 

@@ -220,8 +220,36 @@ impl PluginSlot {
         &self.path
     }
 
-    /// The loaded plugin, if loading succeeded.
-    pub fn plugin(&self) -> Option<&Arc<dyn GenericPlugin>> {
+    /// The loaded plugin, if loading succeeded: the plugin API below the safe layer.
+    ///
+    /// # Safety
+    /// Its devices are those of [`Device::raw`], with the same contract: their copies and
+    /// launches are not checked against the safe layer's buffers, borrows or kernel records.
+    pub unsafe fn plugin(&self) -> Option<&Arc<dyn GenericPlugin>> {
+        self.loaded()
+    }
+
+    /// The ELF machine the plugin serves (`None` if it is not loaded).
+    pub fn elf_machine(&self) -> Option<u16> {
+        self.loaded().map(|p| p.elf_machine())
+    }
+
+    /// The plugin's target triple (`None` if it is not loaded).
+    pub fn target_triple(&self) -> Option<String> {
+        self.loaded().map(|p| p.target_triple().to_string())
+    }
+
+    /// The image kinds the plugin serves (`None` if it is not loaded).
+    pub fn image_claims(&self) -> Option<Vec<offload_core::ImageClaim>> {
+        self.loaded().map(|p| p.image_claims())
+    }
+
+    /// Facts about the plugin for reports (`None` if it is not loaded).
+    pub fn properties(&self) -> Option<Vec<(String, String)>> {
+        self.loaded().map(|p| p.properties())
+    }
+
+    fn loaded(&self) -> Option<&Arc<dyn GenericPlugin>> {
         match &self.state {
             SlotState::Loaded { plugin, .. } => Some(plugin),
             SlotState::Failed(_) => None,
@@ -755,14 +783,14 @@ impl Runtime {
         let serving: Vec<&PluginSlot> = self
             .slots
             .iter()
-            .filter(|s| s.plugin().is_some_and(|p| p.elf_machine() == info.machine))
+            .filter(|s| s.loaded().is_some_and(|p| p.elf_machine() == info.machine))
             .collect();
         if serving.is_empty() {
             let known: Vec<String> = self
                 .slots
                 .iter()
                 .filter_map(|s| {
-                    s.plugin().map(|p| {
+                    s.loaded().map(|p| {
                         format!("{} serves {}", s.name, machine::describe(p.elf_machine()))
                     })
                 })
@@ -807,7 +835,7 @@ impl Runtime {
     fn route_by_asking(&self, image: &[u8], what: &str) -> Result<Device> {
         let mut reasons = Vec::new();
         let mut no_device = None;
-        for slot in self.slots.iter().filter(|s| s.plugin().is_some()) {
+        for slot in self.slots.iter().filter(|s| s.loaded().is_some()) {
             match slot.pick_device(image) {
                 Ok(device) => return Ok(device),
                 Err(e @ Error::NoDevice(_)) => {
@@ -870,7 +898,7 @@ impl PluginSlot {
     /// plugin that can run the image but has no device says so (`NoDevice`, with its reason).
     fn pick_device(&self, image: &[u8]) -> Result<Device> {
         let plugin = self
-            .plugin()
+            .loaded()
             .ok_or_else(|| Error::PluginLoad(format!("plugin '{}' is not loaded", self.name)))?;
         plugin.check_image(image)?;
         let count = match self.device_count() {
@@ -1067,12 +1095,13 @@ pub struct Program {
 pub(crate) struct ProgramInner {
     device: Device,
     handle: ProgramHandle,
-    /// What was found about each kernel looked up, by handle.
-    kernels: Mutex<HashMap<u64, KernelMeta>>,
+    /// What was found about each kernel looked up, by name.
+    kernels: Mutex<HashMap<String, KernelMeta>>,
 }
 
 #[derive(Debug, Clone)]
 struct KernelMeta {
+    handle: KernelHandle,
     name: Arc<str>,
     params: Option<Arc<std::result::Result<KernelParams, String>>>,
 }
@@ -1099,19 +1128,22 @@ impl Program {
     /// another program is an error.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let p = &self.inner;
+        // Looked up once per name: the handle and the record are kept with the program.
+        if let Some(meta) = lock(&p.kernels).get(name).cloned() {
+            return Ok(Kernel {
+                program: p.clone(),
+                handle: meta.handle,
+                name: meta.name,
+                params: meta.params,
+            });
+        }
         let handle = p.device.inner.kernel(p.handle, name)?;
-        let known = lock(&p.kernels).get(&handle.0).cloned();
-        let meta = match known {
-            Some(m) if &*m.name == name => m,
-            _ => {
-                let meta = KernelMeta {
-                    name: name.into(),
-                    params: self.read_params(name).map(Arc::new),
-                };
-                lock(&p.kernels).insert(handle.0, meta.clone());
-                meta
-            }
+        let meta = KernelMeta {
+            handle,
+            name: name.into(),
+            params: self.read_params(name).map(Arc::new),
         };
+        lock(&p.kernels).insert(name.to_string(), meta.clone());
         Ok(Kernel {
             program: p.clone(),
             handle,
@@ -1120,32 +1152,29 @@ impl Program {
         })
     }
 
-    /// The global variable `name` of the image, as a view of `T`s (for copies, and as a
-    /// kernel argument the kernel only reads); it lives as long as the program is borrowed.
-    /// An error when the image has no such global, or its size is not a whole number of `T`s.
+    /// The global variable `name` of the image, as a read-only view of `T`s: copies from it,
+    /// and a kernel argument the kernel only reads; it lives as long as the program is
+    /// borrowed. The safe API does not write globals (one may be read-only data of the image,
+    /// such as the kernels' parameter records); kernels write their own globals by name. An
+    /// error when the image has no such global, or its size is not a whole number of `T`s.
     pub fn global<T: DeviceCopy>(&self, name: &str) -> Result<crate::BufferView<'_, T>> {
         let p = &self.inner;
         let g = p.device.inner.global(p.handle, name)?;
         let each = std::mem::size_of::<T>() as u64;
         if each == 0 || g.size % each != 0 {
             return Err(Error::InvalidArgument(format!(
-                "global '{name}' of program {:#x} on {} is {} bytes, not a whole number of {}                  ({each} bytes each)",
+                "global '{name}' of program {:#x} on {} is {} bytes, not a whole number of {} \
+                 ({each} bytes each)",
                 p.handle.0,
                 p.device,
                 g.size,
                 std::any::type_name::<T>()
             )));
         }
-        Ok(crate::BufferView::from_raw(
-            &p.device.inner,
-            g.ptr,
-            (g.size / each) as usize,
-        ))
-    }
-
-    /// [`Program::global`], as a view the kernel may write (the program borrowed exclusively).
-    pub fn global_mut<T: DeviceCopy>(&mut self, name: &str) -> Result<crate::BufferViewMut<'_, T>> {
-        Ok(self.global::<T>(name)?.into_mut())
+        Ok(
+            crate::BufferView::from_raw(&p.device.inner, g.ptr, (g.size / each) as usize)
+                .read_only(),
+        )
     }
 
     /// The `OFFLOAD_PARAMS` record of `kernel`, if the image has one: `Err` when it is there

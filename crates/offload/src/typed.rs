@@ -70,7 +70,8 @@ impl<T: DeviceCopy> ParamType for In<T> {
     type Value<'a> = &'a DeviceBuffer<T>;
     fn expect() -> Expect {
         Expect::Pointer {
-            element: T::ELEMENT,
+            element: T::ELEMENT
+                .filter(|(c, n)| c.size().checked_mul(*n) == Some(std::mem::size_of::<T>())),
             type_name: std::any::type_name::<T>(),
             written: false,
         }
@@ -85,7 +86,8 @@ impl<T: DeviceCopy> ParamType for Out<T> {
     type Value<'a> = &'a mut DeviceBuffer<T>;
     fn expect() -> Expect {
         Expect::Pointer {
-            element: T::ELEMENT,
+            element: T::ELEMENT
+                .filter(|(c, n)| c.size().checked_mul(*n) == Some(std::mem::size_of::<T>())),
             type_name: std::any::type_name::<T>(),
             written: true,
         }

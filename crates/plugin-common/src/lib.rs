@@ -423,8 +423,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
             // Callers copy to and from globals, and pass them to kernels: they are regions
             // of this device, and they keep their program loaded while work uses them.
             let owner: Arc<dyn std::any::Any + Send + Sync> = entry;
-            self.regions
-                .insert(Region::new(g.ptr, g.size, RegionKind::Global(owner), None));
+            self.regions.insert_global(g.ptr, g.size, owner);
         }
         Ok(g)
     }

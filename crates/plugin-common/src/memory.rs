@@ -195,6 +195,28 @@ impl Regions {
         region
     }
 
+    /// The region of a program's global at `ptr` (its `owner` the program): the one already
+    /// there if the global was looked up before, so every lookup shares one region, and a
+    /// synchronous operation through a later lookup waits for queued work through an earlier
+    /// one.
+    pub fn insert_global(
+        &self,
+        ptr: DevicePtr,
+        size: u64,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Region> {
+        let mut map = self.lock();
+        if let Some(r) = map.get(&ptr.0)
+            && r.size == size
+            && matches!(&r.kind, RegionKind::Global(o) if Arc::ptr_eq(o, &owner))
+        {
+            return r.clone();
+        }
+        let region = Arc::new(Region::new(ptr, size, RegionKind::Global(owner), None));
+        map.insert(ptr.0, region.clone());
+        region
+    }
+
     /// Removes the allocation that starts at `ptr` (a free); its memory is released when the
     /// last operation holding it has run.
     pub fn free(&self, ptr: DevicePtr, device: &str) -> Result<()> {
@@ -246,6 +268,22 @@ impl Regions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_lookup_of_a_global_shares_its_region() {
+        let regions = Regions::default();
+        let program: Arc<dyn std::any::Any + Send + Sync> = Arc::new(1u8);
+        let a = regions.insert_global(DevicePtr(0x1000), 64, program.clone());
+        let b = regions.insert_global(DevicePtr(0x1000), 64, program.clone());
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "a second lookup must not replace the region"
+        );
+        // Another program at the same address (the first one unloaded) gets its own.
+        let other: Arc<dyn std::any::Any + Send + Sync> = Arc::new(2u8);
+        let c = regions.insert_global(DevicePtr(0x1000), 64, other);
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
     use std::sync::atomic::{AtomicU64, Ordering};
 
     #[test]

@@ -206,15 +206,17 @@ impl DeviceBackend for HostDevice {
         match op {
             // The layer checked that each device range lies inside a live region of this device
             // and holds it (and its lock) while this runs; the host pointer is valid for `len`
-            // bytes by the `copy_*_device` contract; host buffers and device memory never
-            // overlap because the runtime never hands device memory out as a host slice.
+            // bytes by the `copy_*_device` contract. Host and device ranges may overlap here
+            // (device memory is host memory, and a HostBuffer hands it out as a slice; the safe
+            // API borrows such a slice exclusively whenever a copy may touch it, but the device
+            // API below it does not), so the copies are memmove's.
             Op::CopyToDevice { dst, src, len } => {
                 // SAFETY: see above.
-                unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, len) }
+                unsafe { std::ptr::copy(src.0 as *const u8, dst.0 as *mut u8, len) }
             }
             Op::CopyFromDevice { dst, src, len } => {
                 // SAFETY: see above.
-                unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0, len) }
+                unsafe { std::ptr::copy(src.0 as *const u8, dst.0, len) }
             }
             // SAFETY: both ranges are inside held regions; `copy` allows overlap.
             Op::CopyDeviceToDevice { dst, src, len } => unsafe {

@@ -33,7 +33,6 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 devices.push(entry);
             }
         }
-        let loaded = slot.plugin();
         plugins.push(json!({
             "name": slot.name(),
             "path": slot.path().display().to_string(),
@@ -41,10 +40,10 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
             "reason": status.reason(),
             "abi_version": slot.abi_version().map(|(a, b)| format!("{a}.{b}")),
             "build_id": slot.build_id(),
-            "elf_machine": loaded.map(|p| p.elf_machine()),
-            "target_triple": loaded.map(|p| p.target_triple().to_string()),
-            "serves": loaded.map(|p| p.image_claims().iter().map(|c| c.to_text()).collect::<Vec<_>>()),
-            "properties": loaded.map(|p| p.properties().into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect::<serde_json::Map<String, serde_json::Value>>()),
+            "elf_machine": slot.elf_machine(),
+            "target_triple": slot.target_triple(),
+            "serves": slot.image_claims().map(|c| c.iter().map(|c| c.to_text()).collect::<Vec<_>>()),
+            "properties": slot.properties().map(|p| p.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect::<serde_json::Map<String, serde_json::Value>>()),
             "jit": slot.jit_stats().map(|j| json!({
                 "compiles": j.compiles,
                 "memory_hits": j.memory_hits,

@@ -206,8 +206,8 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
 
     let info = device.info()?;
     let post_process = slot
-        .plugin()
-        .and_then(|p| p.properties().into_iter().find(|(k, _)| k == "bitcode"))
+        .properties()
+        .and_then(|p| p.into_iter().find(|(k, _)| k == "bitcode"))
         .map(|(_, v)| v);
     if a.json {
         let out = json!({
