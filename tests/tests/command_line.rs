@@ -91,12 +91,80 @@ fn runtime_failures_exit_with_status_1() {
     );
     let out = offload(&["run", so, "--kernel", "saxpy", "--device", "cuda:0"], &[]);
     assert_one_line_error(&out, 1, "plugin 'cuda'");
-    let out = offload(&["run", so, "--kernel", "saxpy", "--block", "2048"], &[]);
+    let saxpy_args = [
+        "--arg",
+        "i32:16",
+        "--arg",
+        "f32:2",
+        "--arg",
+        "buf:f32:16",
+        "--arg",
+        "buf:f32:16",
+    ];
+    let with = |extra: &[&'static str], args: &[&'static str]| {
+        let mut v = vec!["run", so, "--kernel", "saxpy"];
+        v.extend_from_slice(extra);
+        v.extend_from_slice(args);
+        offload(&v, &[])
+    };
+    let out = with(&["--block", "2048"], &saxpy_args);
     assert_one_line_error(
         &out,
         1,
         "block dimension x is 2048; the device allows at most 1024",
     );
+    // saxpy has an OFFLOAD_PARAMS record: the command checks the arguments against it, so
+    // n = 256 with 16-float buffers is refused instead of writing past them.
+    let out = with(
+        &["--grid", "1", "--block", "256"],
+        &[
+            "--arg",
+            "i32:256",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:16",
+            "--arg",
+            "buf:f32:16",
+        ],
+    );
+    assert_one_line_error(
+        &out,
+        1,
+        "kernel 'saxpy' (its OFFLOAD_PARAMS record): parameter 2 'x' (const float x[n]) may touch 256 element(s) ([n], 1024 bytes); --arg 3 holds 64 bytes",
+    );
+    // Lengths in bytes: 8 doubles hold 16 floats (the types are the plugin's to check).
+    let out = with(
+        &["--grid", "1", "--block", "16"],
+        &[
+            "--arg",
+            "i32:16",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f64:8",
+            "--arg",
+            "buf:f32:16",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = with(
+        &[],
+        &[
+            "--arg",
+            "i32:-3",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:16",
+            "--arg",
+            "buf:f32:16",
+        ],
+    );
+    assert_one_line_error(&out, 1, "a negative extent is refused");
+    // A correct launch runs.
+    let out = with(&["--grid", "1", "--block", "16"], &saxpy_args);
+    assert!(out.status.success(), "{}", stderr(&out));
     let out = offload(&["info"], &[("OFFLOAD_HOST_THREADS", "lots")]);
     assert!(
         stdout(&out).contains("OFFLOAD_HOST_THREADS='lots' is not valid"),

@@ -138,6 +138,7 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
         block: a.block,
         shared_mem_bytes: a.shared_mem,
     };
+    check_against_record(&kernel, &a.args, &kernel_args)?;
     let t = Instant::now();
     let watchdog = a.timeout.map(|limit| {
         let (done, wait) = std::sync::mpsc::channel::<()>();
@@ -268,5 +269,66 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
         "timings  load {load_ms:.3} ms, copy-in {copy_in_ms:.3} ms, launch {launch_ms:.3} ms, \
          copy-out {copy_out_ms:.3} ms, total {total_ms:.3} ms"
     );
+    Ok(())
+}
+
+/// With the kernel's `OFFLOAD_PARAMS` record, the command checks what only the record can say:
+/// that each buffer holds the extent the record declares for these arguments (a buffer shorter
+/// than `[n]` would let the kernel write past it; a negative extent is refused too, since a
+/// kernel comparing `i < (unsigned)n` touches the whole grid then). The count and types of
+/// the arguments are left to the plugin, which checks them against the kernel's signature and
+/// names the argument. Without a record the launch is as the user states it.
+fn check_against_record(
+    kernel: &offload::Kernel,
+    specs: &[ArgSpec],
+    args: &[KernelArg],
+) -> Result<(), Failure> {
+    use offload::ParamKind;
+    let Some(Ok(params)) = kernel.params() else {
+        return Ok(());
+    };
+    if params.params.len() != specs.len() {
+        return Ok(());
+    }
+    let value = |i: usize| -> Option<i128> {
+        Some(match args.get(i)? {
+            KernelArg::I32(v) => (*v).into(),
+            KernelArg::U32(v) => (*v).into(),
+            KernelArg::I64(v) => (*v).into(),
+            KernelArg::U64(v) => (*v).into(),
+            _ => return None,
+        })
+    };
+    for (i, (param, spec)) in params.params.iter().zip(specs).enumerate() {
+        let (ParamKind::Pointer(p), ArgSpec::Buffer { ty, len, .. }) = (&param.kind, spec) else {
+            continue;
+        };
+        let (Some(extent), Some(elem)) = (&p.extent, p.elem) else {
+            continue;
+        };
+        // An extent over arguments that are not integers is the plugin's to refuse.
+        if extent.params().iter().any(|j| value(*j).is_none()) {
+            continue;
+        }
+        let need = extent.eval(&value).map_err(|e| {
+            Failure::Runtime(format!(
+                "kernel '{}' (its OFFLOAD_PARAMS record): {}: {e}",
+                kernel.name(),
+                param.describe(i)
+            ))
+        })?;
+        let bytes = need.saturating_mul(elem.size() as u128);
+        let have = (*len as u128) * ty.size() as u128;
+        if bytes > have {
+            return Err(Failure::Runtime(format!(
+                "kernel '{}' (its OFFLOAD_PARAMS record): {} may touch {need} element(s) ([{}], \
+                 {bytes} bytes); --arg {} holds {have} bytes",
+                kernel.name(),
+                param.describe(i),
+                extent.spelling,
+                i + 1
+            )));
+        }
+    }
     Ok(())
 }
