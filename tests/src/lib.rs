@@ -113,6 +113,29 @@ pub fn host_kernel(name: &str) -> PathBuf {
     out
 }
 
+/// Compiles a C source written here (with the kernel header) into a host shared object,
+/// `<tag>.so` in this process's scratch directory.
+pub fn host_so(tag: &str, source: &str) -> PathBuf {
+    let dir = scratch("host-so");
+    let src = dir.join(format!("{tag}.c"));
+    let out = dir.join(format!("{tag}.so"));
+    std::fs::write(&src, source).unwrap();
+    let include = repo_root().join("include");
+    clang(&[
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        "-Werror",
+        "-I",
+        include.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    out
+}
+
 /// Runs the `offload` binary with only the host plugin directory on its search path (plus
 /// `envs`).
 pub fn offload(args: &[&str], envs: &[(&str, &str)]) -> Output {

@@ -5,28 +5,12 @@
 use offload::{In, LaunchDims, Out, Runtime};
 use offload_core::rand::XorShift;
 use offload_tests::*;
-use std::path::PathBuf;
 
-/// Compiles a C source (with the kernel header) into a host shared object.
-fn host_so(tag: &str, source: &str) -> PathBuf {
-    let dir = scratch("launch-builder");
-    let src = dir.join(format!("{tag}.c"));
-    let out = dir.join(format!("{tag}.so"));
-    std::fs::write(&src, source).unwrap();
-    let include = repo_root().join("include");
-    clang(&[
-        "-O2",
-        "-fPIC",
-        "-shared",
-        "-Wall",
-        "-Werror",
-        "-I",
-        include.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    out
+/// Loads `kernels/<name>.c`, built for the host, on `device`.
+fn load(device: &offload::Device, name: &str) -> offload::Program {
+    device
+        .load(&std::fs::read(host_kernel(name)).unwrap())
+        .unwrap()
 }
 
 fn saxpy_reference(a: f32, x: &[f32], y: &[f32]) -> Vec<f32> {
@@ -42,9 +26,7 @@ fn host() -> (Runtime, offload::Device) {
 #[test]
 fn saxpy_through_the_builder_is_checked_and_correct() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     let params = saxpy.params().unwrap().unwrap();
     assert_eq!(params.params.len(), 4);
@@ -69,9 +51,7 @@ fn a_launch_past_a_buffer_is_refused_and_its_neighbour_is_untouched() {
     // The case: saxpy told n = 256 on 16-float buffers returned Ok and overwrote a
     // neighbouring live buffer.
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     let dx = device.upload(&[1.0f32; 16]).unwrap();
     let mut dy = device.upload(&[1.0f32; 16]).unwrap();
@@ -96,9 +76,7 @@ fn a_launch_past_a_buffer_is_refused_and_its_neighbour_is_untouched() {
 #[test]
 fn arguments_that_do_not_match_the_record_are_refused_naming_the_parameter() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     let dims = LaunchDims::linear(1, 16);
     let dx = device.upload(&[1.0f32; 16]).unwrap();
@@ -229,9 +207,7 @@ fn a_kernel_without_a_record_runs_only_unchecked() {
 #[test]
 fn views_are_arguments_and_their_extent_is_checked() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     let x: Vec<f32> = (0..100).map(|i| i as f32).collect();
     let dx = device.upload(&x).unwrap();
@@ -291,9 +267,7 @@ fn generated_launches_run_exactly_when_every_buffer_covers_the_extent() {
     // exactly when n exceeds a buffer, and when it runs, it changes y[0..n) of its view and
     // nothing around it.
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     let mut rng = XorShift(0x1a0c_4b11);
     for round in 0..60 {
@@ -490,9 +464,7 @@ fn bitcode_kernels_carry_the_same_record_through_the_jit() {
 #[test]
 fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     let n = 4096;
     let x: Vec<f32> = (0..n).map(|i| (i % 100) as f32).collect();
@@ -562,9 +534,7 @@ fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
 #[test]
 fn typed_kernels_are_checked_once_and_launch_with_tuples() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program
         .kernel("saxpy")
         .unwrap()
@@ -728,9 +698,7 @@ fn globals_are_typed_views_for_copies_and_arguments() {
 #[test]
 fn host_buffers_are_read_in_place_and_written_by_devices_only_exclusively() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     let n = 1000;
     for shared in [false, true] {
@@ -846,9 +814,7 @@ fn pod_structs_cross_to_the_device_without_unsafe() {
         .unwrap();
     assert!(d.to_vec().unwrap()[10..20].iter().all(|p| p.id == 7));
     // A struct's elements are unknown to the checked launch: refused, naming why.
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let mut dp = device.upload(&ps).unwrap();
     let e = program
         .kernel("saxpy")
@@ -871,9 +837,7 @@ fn pod_structs_cross_to_the_device_without_unsafe() {
 fn launches_with_more_arguments_than_stored_inline_keep_every_argument() {
     // args16 takes 16 arguments (more than the builder keeps inline): each reaches the kernel.
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("args16")).unwrap())
-        .unwrap();
+    let program = load(&device, "args16");
     let k = program.kernel("args16").unwrap();
     let n = 8;
     let mut out = device.alloc::<f64>(n).unwrap();
@@ -919,9 +883,7 @@ unsafe impl offload::DeviceCopy for Lies {
 #[test]
 fn an_element_description_that_does_not_add_up_is_ignored_and_host_views_write_exclusively() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program = load(&device, "saxpy");
     let saxpy = program.kernel("saxpy").unwrap();
     // 4 Lies claim 4000 floats: the check must not believe it.
     let x = device.upload(&[1.0f32; 64]).unwrap();

@@ -11,30 +11,15 @@ const BUFFERS: usize = 3;
 const THREADS: usize = 3;
 const RANGE: usize = 512;
 
+/// `add_k`: x[i] += k on x[0..n).
 fn kernel_so() -> std::path::PathBuf {
-    let dir = scratch("queue-model");
-    let src = dir.join("add_k.c");
-    let out = dir.join("add_k.so");
-    std::fs::write(
-        &src,
+    host_so(
+        "queue-model-add-k",
         "#include \"offload_kernel.h\"\n\
          OFFLOAD_KERNEL void add_k(int n, unsigned k, unsigned *x) {\n\
            unsigned i = offload_global_id_x(); if (i < (unsigned)n) x[i] += k; }\n\
          OFFLOAD_PARAMS(add_k, int n, unsigned k, unsigned x[n]);\n",
     )
-    .unwrap();
-    let include = repo_root().join("include");
-    clang(&[
-        "-O2",
-        "-fPIC",
-        "-shared",
-        "-I",
-        include.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    out
 }
 
 #[test]

@@ -351,6 +351,17 @@ impl KernelArg {
         }
     }
 
+    /// Its value, if it is an integer (what an extent `[n]` of a parameter record reads).
+    pub fn integer(&self) -> Option<i128> {
+        Some(match *self {
+            KernelArg::I32(v) => v.into(),
+            KernelArg::U32(v) => v.into(),
+            KernelArg::I64(v) => v.into(),
+            KernelArg::U64(v) => v.into(),
+            _ => return None,
+        })
+    }
+
     /// Size of the argument in a packed GPU argument buffer (also its alignment).
     pub fn size(&self) -> usize {
         match self {

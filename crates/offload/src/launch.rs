@@ -238,11 +238,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// record or an argument does not match it (see the module docs). The launch keeps its
     /// arguments: running it again launches the kernel again.
     pub fn run(&mut self) -> Result<()> {
-        self.with_args(|args, sources| {
-            check(self.kernel, args, sources, false)?;
-            let program = &self.kernel.program;
-            program.launch(self.kernel, &self.dims, args, None)
-        })
+        self.submit(true, None)
     }
 
     /// As [`Launch::run`], but enqueued on `queue` (a [`Queue`] or a [`QueueScope`]) of the
@@ -251,13 +247,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// (`&y`), so that the same scope can also copy it back: the queue orders its own work;
     /// work on other queues that uses the same buffer must be ordered with events.
     pub fn run_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
-        self.with_args(|args, sources| {
-            check(self.kernel, args, sources, true)?;
-            let program = &self.kernel.program;
-            let queue = queue.queue();
-            program.check_queue(queue)?;
-            program.launch(self.kernel, &self.dims, args, Some(queue.handle()))
-        })
+        self.submit(true, Some(queue.queue()))
     }
 
     /// Launches without the parameter check, synchronously (the only way to launch a kernel
@@ -272,12 +262,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// from each pointer. The caller must make sure the arguments are the kernel's parameters
     /// and every buffer is as long as the kernel will touch for these arguments.
     pub unsafe fn run_unchecked(&mut self) -> Result<()> {
-        self.with_args(|args, sources| {
-            check_devices(self.kernel, sources)?;
-            self.kernel
-                .program
-                .launch(self.kernel, &self.dims, args, None)
-        })
+        self.submit(false, None)
     }
 
     /// [`Launch::run_unchecked`], enqueued on `queue`.
@@ -285,12 +270,23 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// # Safety
     /// As for [`Launch::run_unchecked`].
     pub unsafe fn run_unchecked_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
+        self.submit(false, Some(queue.queue()))
+    }
+
+    /// The launch, synchronous or on `queue`: with the parameter check (`checked`), else with
+    /// the device check of every buffer only.
+    fn submit(&self, checked: bool, queue: Option<&Queue>) -> Result<()> {
         self.with_args(|args, sources| {
-            check_devices(self.kernel, sources)?;
+            if checked {
+                check(self.kernel, args, sources, queue.is_some())?;
+            } else {
+                check_devices(self.kernel, sources)?;
+            }
             let program = &self.kernel.program;
-            let queue = queue.queue();
-            program.check_queue(queue)?;
-            program.launch(self.kernel, &self.dims, args, Some(queue.handle()))
+            if let Some(q) = queue {
+                program.check_queue(q)?;
+            }
+            program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle))
         })
     }
 }
@@ -320,16 +316,6 @@ fn scalar_of(arg: &KernelArg) -> Option<CType> {
         KernelArg::F32(_) => CType::F32,
         KernelArg::F64(_) => CType::F64,
         KernelArg::Ptr(_) | KernelArg::Word(_) => return None,
-    })
-}
-
-fn integer_value(arg: &KernelArg) -> Option<i128> {
-    Some(match *arg {
-        KernelArg::I32(v) => v.into(),
-        KernelArg::U32(v) => v.into(),
-        KernelArg::I64(v) => v.into(),
-        KernelArg::U64(v) => v.into(),
-        _ => return None,
     })
 }
 
@@ -389,11 +375,11 @@ fn passes(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: bo
                     return false;
                 }
                 let need = match extent.as_param() {
-                    Some(i) => match args.get(i).and_then(integer_value) {
+                    Some(i) => match args.get(i).and_then(KernelArg::integer) {
                         Some(v) if v >= 0 => v as u128,
                         _ => return false,
                     },
-                    None => match extent.eval(&|i| args.get(i).and_then(integer_value)) {
+                    None => match extent.eval(&|i| args.get(i).and_then(KernelArg::integer)) {
                         Ok(v) => v,
                         Err(_) => return false,
                     },
@@ -557,7 +543,7 @@ fn check_pointer(
             ));
         }
     };
-    let value = |i: usize| args.get(i).and_then(integer_value);
+    let value = |i: usize| args.get(i).and_then(KernelArg::integer);
     let need = extent
         .eval(&value)
         .map_err(|e| format!("{}: {e}", what()))?;

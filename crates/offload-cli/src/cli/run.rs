@@ -290,15 +290,7 @@ fn check_against_record(
     if params.params.len() != specs.len() {
         return Ok(());
     }
-    let value = |i: usize| -> Option<i128> {
-        Some(match args.get(i)? {
-            KernelArg::I32(v) => (*v).into(),
-            KernelArg::U32(v) => (*v).into(),
-            KernelArg::I64(v) => (*v).into(),
-            KernelArg::U64(v) => (*v).into(),
-            _ => return None,
-        })
-    };
+    let value = |i: usize| args.get(i).and_then(KernelArg::integer);
     for (i, (param, spec)) in params.params.iter().zip(specs).enumerate() {
         let (ParamKind::Pointer(p), ArgSpec::Buffer { ty, len, .. }) = (&param.kind, spec) else {
             continue;
