@@ -20,7 +20,8 @@
 //!
 //! The header's directory comes from `DEP_OFFLOAD_INCLUDE`, which cargo sets for the build
 //! scripts of crates that depend on `offload` (or [`Build::include`]). The compiler is
-//! `$OFFLOAD_KERNEL_CC`, else `clang-19`, else `clang` (GPU targets need clang; Debian's
+//! `$OFFLOAD_KERNEL_CC`, else `clang-19`, else `clang`, else `cc` for host-only builds (GPU
+//! targets and bitcode need clang; Debian's
 //! `clang-19` has the NVPTX and AMDGPU back ends, and AMD code objects need `ld.lld`, from
 //! `lld-19`). Every compiler run is printed on failure with its diagnostics.
 
@@ -114,6 +115,7 @@ pub struct Build {
     targets: Vec<Target>,
     includes: Vec<PathBuf>,
     defines: Vec<(String, Option<String>)>,
+    flags: Vec<String>,
     compiler: Option<String>,
     opt: Option<String>,
 }
@@ -149,7 +151,14 @@ impl Build {
         self
     }
 
-    /// The C compiler (default: `$OFFLOAD_KERNEL_CC`, else `clang-19`, else `clang`).
+    /// Another compiler flag, for every target (`-Wall`, `-Werror`).
+    pub fn flag(mut self, flag: &str) -> Build {
+        self.flags.push(flag.to_string());
+        self
+    }
+
+    /// The C compiler (default: `$OFFLOAD_KERNEL_CC`, else `clang-19`, else `clang`, else, when
+    /// every target is [`Target::Host`], `cc`).
     pub fn compiler(mut self, cc: &str) -> Build {
         self.compiler = Some(cc.to_string());
         self
@@ -202,7 +211,7 @@ impl Build {
             }
         }
         let header = self.header_dir()?;
-        let cc = self.pick_compiler()?;
+        let cc = self.compiler_to_use()?;
         std::fs::create_dir_all(dir)
             .map_err(|e| Error(format!("cannot create {}: {e}", dir.display())))?;
         let targets = if self.targets.is_empty() {
@@ -221,6 +230,7 @@ impl Build {
             for i in &self.includes {
                 cmd.arg("-I").arg(i);
             }
+            cmd.args(&self.flags);
             for (k, v) in &self.defines {
                 cmd.arg(match v {
                     Some(v) => format!("-D{k}={v}"),
@@ -308,10 +318,14 @@ impl Build {
             })
     }
 
-    fn pick_compiler(&self) -> Result<String, Error> {
+    /// The compiler [`Build::compile`] runs: the first of the candidates that answers
+    /// `--version` (see [`Build::compiler`]).
+    pub fn compiler_to_use(&self) -> Result<String, Error> {
+        let host_only = self.targets.iter().all(|t| *t == Target::Host);
         let candidates: Vec<String> = match (&self.compiler, std::env::var("OFFLOAD_KERNEL_CC")) {
             (Some(cc), _) => vec![cc.clone()],
             (None, Ok(cc)) if !cc.is_empty() => vec![cc],
+            _ if host_only => vec!["clang-19".into(), "clang".into(), "cc".into()],
             _ => vec!["clang-19".into(), "clang".into()],
         };
         let mut tried = Vec::new();

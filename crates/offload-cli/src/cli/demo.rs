@@ -6,8 +6,9 @@ use super::{Failure, human_bytes, ms_since};
 use offload::{LaunchDims, PluginStatus, Runtime};
 use std::time::Instant;
 
-/// The demo kernel (`kernels/saxpy.c`), compiled for this machine by build.rs.
-static KERNEL: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/demo_saxpy.so"));
+/// The demo kernel (`kernels/saxpy.c`), compiled for this machine by build.rs (offload-build's
+/// container, holding the host shared object).
+static KERNEL: &[u8] = offload::include_kernels!("demo_saxpy");
 const BLOCK: u32 = 256;
 
 /// An empty vector with room for `n` elements, or an out-of-memory failure naming `what`.
