@@ -33,28 +33,26 @@ fn per_call_ns(iterations: u32, mut f: impl FnMut()) -> f64 {
     best
 }
 
-/// `f` and `g` timed in alternating batches (so both see the same machine), the best batch of
-/// each, in ns per call.
-fn paired_ns(iterations: u32, mut f: impl FnMut(), mut g: impl FnMut()) -> (f64, f64) {
+/// Each of `fs` timed in turn, batch after batch (so all see the same machine): the best
+/// batch of each, in ns per call.
+fn interleaved_ns(iterations: u32, fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
     let batch = 2_000;
-    for _ in 0..batch {
-        f();
-        g();
-    }
-    let (mut bf, mut bg) = (f64::MAX, f64::MAX);
-    for _ in 0..iterations / batch {
-        let t = Instant::now();
+    for f in fs.iter_mut() {
         for _ in 0..batch {
             f();
         }
-        bf = bf.min(t.elapsed().as_secs_f64() * 1e9 / f64::from(batch));
-        let t = Instant::now();
-        for _ in 0..batch {
-            g();
-        }
-        bg = bg.min(t.elapsed().as_secs_f64() * 1e9 / f64::from(batch));
     }
-    (bf, bg)
+    let mut best = vec![f64::MAX; fs.len()];
+    for _ in 0..iterations / batch {
+        for (f, b) in fs.iter_mut().zip(&mut best) {
+            let t = Instant::now();
+            for _ in 0..batch {
+                f();
+            }
+            *b = b.min(t.elapsed().as_secs_f64() * 1e9 / f64::from(batch));
+        }
+    }
+    best
 }
 
 fn main() {
@@ -84,72 +82,70 @@ fn main() {
     let saxpy = saxpy_program.kernel("saxpy").unwrap();
     let x = device.upload(&[1.0f32]).unwrap();
     let mut y = device.upload(&[1.0f32]).unwrap();
+    let mut y2 = device.upload(&[1.0f32]).unwrap();
     let saxpy_args = [KernelArg::I32(1), KernelArg::F32(0.0), x.arg(), y.arg()];
-    let rounds = 5;
+    let rounds = 9;
     let mut m: [Vec<f64>; 6] = Default::default();
     for _ in 0..rounds {
-        let (launch, api) = paired_ns(
+        let empty = interleaved_ns(
             n,
-            // SAFETY: `empty` takes no argument and touches no memory.
-            || unsafe { program.launch(&kernel, &dims, &args) }.unwrap(),
-            || raw.launch(kernel.handle(), &dims, &args, None).unwrap(),
+            &mut [
+                // SAFETY: `empty` takes no argument and touches no memory.
+                &mut || unsafe { program.launch(&kernel, &dims, &args) }.unwrap(),
+                &mut || raw.launch(kernel.handle(), &dims, &args, None).unwrap(),
+                &mut || kernel.launch(dims).run().unwrap(),
+            ],
         );
-        let (builder, _) = paired_ns(n, || kernel.launch(dims).run().unwrap(), || {});
-        m[0].push(launch);
-        m[1].push(api);
-        m[2].push(builder);
-        let (api, builder) = paired_ns(
+        let saxpy = interleaved_ns(
             n,
-            || {
-                raw.launch(saxpy.handle(), &dims, &saxpy_args, None)
-                    .unwrap()
-            },
-            || {
-                saxpy
-                    .launch(dims)
-                    .arg(1i32)
-                    .arg(0.0f32)
-                    .arg(&x)
-                    .arg(&mut y)
-                    .run()
-                    .unwrap()
-            },
-        );
-        m[3].push(api);
-        m[4].push(builder);
-        let (unchecked, _) = paired_ns(
-            n,
-            || {
-                // SAFETY: saxpy touches x[0..1) and y[0..1); both hold one float.
-                unsafe {
+            &mut [
+                &mut || {
+                    raw.launch(saxpy.handle(), &dims, &saxpy_args, None)
+                        .unwrap()
+                },
+                &mut || {
                     saxpy
                         .launch(dims)
                         .arg(1i32)
                         .arg(0.0f32)
                         .arg(&x)
                         .arg(&mut y)
-                        .run_unchecked()
-                }
-                .unwrap()
-            },
-            || {},
+                        .run()
+                        .unwrap()
+                },
+                &mut || {
+                    // SAFETY: saxpy touches x[0..1) and y[0..1); both hold one float.
+                    unsafe {
+                        saxpy
+                            .launch(dims)
+                            .arg(1i32)
+                            .arg(0.0f32)
+                            .arg(&x)
+                            .arg(&mut y2)
+                            .run_unchecked()
+                    }
+                    .unwrap()
+                },
+            ],
         );
-        m[5].push(unchecked);
+        for (v, t) in m.iter_mut().zip(empty.into_iter().chain(saxpy)) {
+            v.push(t);
+        }
     }
-    let range = |v: &[f64]| {
-        let (lo, hi) = v
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
-        (lo, hi)
+    // (min, median, max) over the rounds.
+    let spread = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        (v[0], v[v.len() / 2], v[v.len() - 1])
     };
     let diff = |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x - y).collect() };
     println!(
-        "host launch overhead (grid 1, block 1), best of 5 x {n} per round, {rounds} rounds interleaved (min..max over rounds):"
+        "host launch overhead (grid 1, block 1), best batch of 2000 per variant in {n} calls per round, the variants of a kernel interleaved batch by batch; median over {rounds} rounds (min .. max):"
     );
-    println!("  direct call (empty)              {direct_ns:10.1} ns");
+    println!("  {:<34} {direct_ns:8.1} ns", "direct call (empty)");
     let show = |name: &str, v: &[f64]| {
-        let (lo, hi) = range(v);
-        println!("  {name:<32} {lo:10.1} .. {hi:.1} ns");
+        let (lo, mid, hi) = spread(v);
+        println!("  {name:<34} {mid:8.1} ns ({lo:.1} .. {hi:.1})");
     };
     show("Program::launch (empty)", &m[0]);
     show("device API launch (empty)", &m[1]);
@@ -157,15 +153,18 @@ fn main() {
     show("device API launch (saxpy, 4 args)", &m[3]);
     show("checked builder run (saxpy)", &m[4]);
     show("builder run_unchecked (saxpy)", &m[5]);
-    let (lo, hi) = range(&m[0]);
+    let (lo, mid, hi) = spread(&m[0]);
     println!(
-        "  ratio Program::launch/direct     {:10.1} .. {:.1}x",
+        "  {:<34} {:8.1}x ({:.1} .. {:.1})",
+        "ratio Program::launch/direct",
+        mid / direct_ns,
         lo / direct_ns,
         hi / direct_ns
     );
+    println!("differences in the same round (median over rounds, min .. max):");
     let d = |name: &str, v: Vec<f64>| {
-        let (lo, hi) = range(&v);
-        println!("  {name:<32} {lo:+10.1} .. {hi:+.1} ns");
+        let (lo, mid, hi) = spread(&v);
+        println!("  {name:<34} {mid:+8.1} ns ({lo:+.1} .. {hi:+.1})");
     };
     d("diagnostics off (launch - API)", diff(&m[0], &m[1]));
     d("builder - device API (empty)", diff(&m[2], &m[1]));

@@ -50,7 +50,7 @@ pub enum CType {
 
 impl CType {
     /// Size in bytes.
-    pub fn size(self) -> usize {
+    pub const fn size(self) -> usize {
         match self {
             CType::Char | CType::I8 | CType::U8 | CType::Bool => 1,
             CType::I16 | CType::U16 => 2,
@@ -159,6 +159,14 @@ impl Extent {
     pub fn as_param(&self) -> Option<usize> {
         match self.expr {
             Expr::Param(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Its value, if it is a literal (`[64]`).
+    pub fn as_literal(&self) -> Option<u64> {
+        match self.expr {
+            Expr::Literal(v) => Some(v),
             _ => None,
         }
     }

@@ -51,6 +51,18 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {
     };
 }
 
+/// `T::ELEMENT` if it adds up to `T`'s size, else `None` (the checked launch then refuses
+/// the type).
+pub(crate) const fn element_of<T: DeviceCopy>() -> Option<(CType, usize)> {
+    match T::ELEMENT {
+        Some((c, n)) => match c.size().checked_mul(n) {
+            Some(size) if size == std::mem::size_of::<T>() => Some((c, n)),
+            _ => None,
+        },
+        None => None,
+    }
+}
+
 pub(crate) fn bytes_of<T: DeviceCopy>(data: &[T]) -> &[u8] {
     // SAFETY: `T` is plain data (`DeviceCopy`): its bytes may be read; the length is the
     // slice's size in bytes.

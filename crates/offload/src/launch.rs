@@ -9,7 +9,7 @@
 //! at least as long as the extent the record declares for these arguments (`float y[n]`).
 //! [`Launch::run_unchecked`] is the way to launch a kernel without a record.
 
-use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy, HostBuffer};
+use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy, HostBuffer, element_of};
 use crate::runtime::Kernel;
 use crate::{Queue, QueueScope};
 use offload_core::params::{CType, KernelParams, Param, ParamKind, Pointer};
@@ -29,11 +29,9 @@ pub enum ArgSource {
     Buffer {
         /// Number of `T`s.
         len: usize,
-        /// `T::ELEMENT`.
-        element: Option<(CType, usize)>,
-        /// `std::any::type_name::<T>`, called only for messages (a function pointer keeps
-        /// the launch small: it is moved with each argument added).
-        type_name: fn() -> &'static str,
+        /// What `T` is (one static per type keeps the argument small: it is moved with each
+        /// argument added).
+        meta: &'static BufferMeta,
         /// Borrowed mutably.
         writable: bool,
         /// Memory no kernel may write, on a queue either: a [`crate::HostBuffer`] borrowed
@@ -44,6 +42,69 @@ pub enum ArgSource {
     },
     /// A raw [`KernelArg`] ([`Launch::arg_raw`]).
     Raw,
+}
+
+/// The element type of a buffer argument.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct BufferMeta {
+    /// [`crate::buffer::element_of`].
+    element: Option<(CType, usize)>,
+    /// `std::any::type_name::<T>`, called only for messages.
+    type_name: fn() -> &'static str,
+}
+
+/// A kernel's `OFFLOAD_PARAMS` record compiled for the fast check ([`passes`]): one rule per
+/// parameter, made once when the kernel is looked up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Rule {
+    /// A 32- or 64-bit scalar of exactly this type.
+    Scalar(CType),
+    /// A pointer to elements of `elem` with a known extent.
+    Pointer {
+        elem: CType,
+        writable: bool,
+        need: Need,
+    },
+    /// A parameter the fast check lets no argument through for: [`explain`] says why.
+    Refuse,
+}
+
+/// A pointer parameter's extent, for [`Rule::Pointer`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Need {
+    /// `[n]`: the value of this parameter.
+    Param(usize),
+    /// `[64]`.
+    Literal(u64),
+    /// Anything else: the record's extent, evaluated.
+    Expr,
+}
+
+/// The rules of a record.
+pub(crate) fn rules(params: &KernelParams) -> Box<[Rule]> {
+    params
+        .params
+        .iter()
+        .map(|p| match &p.kind {
+            ParamKind::Scalar(t) if matches!(t.size(), 4 | 8) => Rule::Scalar(*t),
+            ParamKind::Pointer(Pointer {
+                elem: Some(elem),
+                writable,
+                extent: Some(e),
+                ..
+            }) => Rule::Pointer {
+                elem: *elem,
+                writable: *writable,
+                need: match (e.as_param(), e.as_literal()) {
+                    (Some(i), _) => Need::Param(i),
+                    (_, Some(v)) => Need::Literal(v),
+                    _ => Need::Expr,
+                },
+            },
+            _ => Rule::Refuse,
+        })
+        .collect()
 }
 
 /// A value a launch can take as an argument: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`, a
@@ -76,10 +137,12 @@ fn buffer_arg<T: DeviceCopy>(v: BufferView<'_, T>, writable: bool) -> (KernelArg
         KernelArg::Ptr(v.ptr()),
         ArgSource::Buffer {
             len: v.len(),
-            // An ELEMENT that does not add up to T's size is no element: refused by the check.
-            element: T::ELEMENT
-                .filter(|(c, n)| c.size().checked_mul(*n) == Some(std::mem::size_of::<T>())),
-            type_name: std::any::type_name::<T>,
+            meta: const {
+                &BufferMeta {
+                    element: element_of::<T>(),
+                    type_name: std::any::type_name::<T>,
+                }
+            },
             writable,
             host_shared: v.device_writes_refused(),
             device: v.device_identity(),
@@ -324,67 +387,89 @@ fn passed(source: &ArgSource, arg: &KernelArg) -> String {
         ArgSource::Scalar(c) => format!("a {}", c.rust_name()),
         ArgSource::Buffer {
             len,
-            type_name,
+            meta,
             writable,
             ..
         } => format!(
             "{} buffer of {len} {}",
             if *writable { "a mutable" } else { "a shared" },
-            type_name()
+            (meta.type_name)()
         ),
         ArgSource::Raw => format!("a raw {}", arg.type_name()),
     }
 }
 
-/// Whether a launch passes every rule of [`check`], decided without building anything: the
-/// path every correct launch takes. `false` sends it to [`check`], which says why.
+/// Whether a launch passes every rule of [`check`], decided by the kernel's compiled
+/// [`Rule`]s without building anything: the path every correct launch takes. `false` sends
+/// it to [`check`], which says why.
 #[inline]
 fn passes(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: bool) -> bool {
-    let Some(Ok(params)) = kernel.params.as_deref().map(|r| r.as_ref()) else {
+    let Some(rules) = kernel.rules.as_deref() else {
         return false;
     };
-    if params.params.len() != args.len() || sources.len() != args.len() {
+    if rules.len() != args.len() || sources.len() != args.len() {
         return false;
     }
     let device = kernel.program.device().identity();
-    for ((param, arg), source) in params.params.iter().zip(args).zip(sources) {
-        match (&param.kind, source) {
-            (ParamKind::Scalar(t), ArgSource::Scalar(_) | ArgSource::Raw) => {
-                if !scalar_of(arg).is_some_and(|a| t.accepts(a)) {
+    for (i, (rule, source)) in rules.iter().zip(sources).enumerate() {
+        match (*rule, *source) {
+            (Rule::Scalar(t), ArgSource::Scalar(c)) => {
+                if c != t {
+                    return false;
+                }
+            }
+            (Rule::Scalar(t), ArgSource::Raw) => {
+                if scalar_of(&args[i]) != Some(t) {
                     return false;
                 }
             }
             (
-                ParamKind::Pointer(p),
+                Rule::Pointer {
+                    elem,
+                    writable: written,
+                    need,
+                },
                 ArgSource::Buffer {
                     len,
-                    element: Some((rust, per)),
+                    meta,
                     writable,
                     host_shared,
                     device: d,
-                    ..
                 },
             ) => {
-                let Some(extent) = &p.extent else {
+                let Some((rust, per)) = meta.element else {
                     return false;
                 };
-                if *d != device
-                    || !p.elem.is_some_and(|e| e.accepts(*rust))
-                    || (p.writable && (*host_shared || (!*writable && !queued)))
+                if d != device
+                    || !elem.accepts(rust)
+                    || (written && (host_shared || (!writable && !queued)))
                 {
                     return false;
                 }
-                let need = match extent.as_param() {
-                    Some(i) => match args.get(i).and_then(KernelArg::integer) {
+                let need = match need {
+                    Need::Param(p) => match args.get(p).and_then(KernelArg::integer) {
                         Some(v) if v >= 0 => v as u128,
                         _ => return false,
                     },
-                    None => match extent.eval(&|i| args.get(i).and_then(KernelArg::integer)) {
-                        Ok(v) => v,
-                        Err(_) => return false,
-                    },
+                    Need::Literal(v) => u128::from(v),
+                    Need::Expr => {
+                        let Some(Ok(params)) = kernel.params() else {
+                            return false;
+                        };
+                        let ParamKind::Pointer(Pointer {
+                            extent: Some(extent),
+                            ..
+                        }) = &params.params[i].kind
+                        else {
+                            return false;
+                        };
+                        match extent.eval(&|p| args.get(p).and_then(KernelArg::integer)) {
+                            Ok(v) => v,
+                            Err(_) => return false,
+                        }
+                    }
                 };
-                if need > *len as u128 * *per as u128 {
+                if need > len as u128 * per as u128 {
                     return false;
                 }
             }
@@ -496,8 +581,7 @@ fn check_pointer(
 ) -> std::result::Result<(), String> {
     let ArgSource::Buffer {
         len,
-        element,
-        type_name,
+        meta,
         writable,
         host_shared,
         ..
@@ -505,6 +589,7 @@ fn check_pointer(
     else {
         unreachable!("called for buffers only")
     };
+    let BufferMeta { element, type_name } = *meta;
     if p.writable && (host_shared || (!writable && !queued)) {
         return Err(format!(
             "{}: the kernel may write through it, and the launch passes a shared borrow of a \

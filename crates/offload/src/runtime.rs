@@ -1104,6 +1104,7 @@ struct KernelMeta {
     handle: KernelHandle,
     name: Arc<str>,
     params: Option<Arc<std::result::Result<KernelParams, String>>>,
+    rules: Option<Arc<[crate::launch::Rule]>>,
 }
 
 impl Drop for ProgramInner {
@@ -1135,13 +1136,20 @@ impl Program {
                 handle: meta.handle,
                 name: meta.name,
                 params: meta.params,
+                rules: meta.rules,
             });
         }
         let handle = p.device.inner.kernel(p.handle, name)?;
+        let params = self.read_params(name);
+        let rules = match &params {
+            Some(Ok(record)) => Some(crate::launch::rules(record).into()),
+            _ => None,
+        };
         let meta = KernelMeta {
             handle,
             name: name.into(),
-            params: self.read_params(name).map(Arc::new),
+            params: params.map(Arc::new),
+            rules,
         };
         lock(&p.kernels).insert(name.to_string(), meta.clone());
         Ok(Kernel {
@@ -1149,6 +1157,7 @@ impl Program {
             handle,
             name: meta.name,
             params: meta.params,
+            rules: meta.rules,
         })
     }
 
@@ -1273,7 +1282,25 @@ impl ProgramInner {
         Ok(())
     }
 
+    /// Launches through the device; with `OFFLOAD_INFO`/`OFFLOAD_PROFILE` on, inside the
+    /// launch's span (kept out of line: off, a launch pays one level check for it).
+    #[inline]
     pub(crate) fn launch(
+        &self,
+        kernel: &Kernel,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+        queue: Option<QueueHandle>,
+    ) -> Result<()> {
+        if tracing::enabled!(target: "offload::launch", tracing::Level::INFO) {
+            return self.launch_in_span(kernel, dims, args, queue);
+        }
+        self.device.inner.launch(kernel.handle, dims, args, queue)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn launch_in_span(
         &self,
         kernel: &Kernel,
         dims: &LaunchDims,
@@ -1309,6 +1336,8 @@ pub struct Kernel {
     pub(crate) handle: KernelHandle,
     pub(crate) name: Arc<str>,
     pub(crate) params: Option<Arc<std::result::Result<KernelParams, String>>>,
+    /// `params` compiled for the checked launch's fast path (`None` without a usable record).
+    pub(crate) rules: Option<Arc<[crate::launch::Rule]>>,
 }
 
 impl std::fmt::Debug for Kernel {

@@ -70,8 +70,7 @@ impl<T: DeviceCopy> ParamType for In<T> {
     type Value<'a> = &'a DeviceBuffer<T>;
     fn expect() -> Expect {
         Expect::Pointer {
-            element: T::ELEMENT
-                .filter(|(c, n)| c.size().checked_mul(*n) == Some(std::mem::size_of::<T>())),
+            element: crate::buffer::element_of::<T>(),
             type_name: std::any::type_name::<T>(),
             written: false,
         }
@@ -86,8 +85,7 @@ impl<T: DeviceCopy> ParamType for Out<T> {
     type Value<'a> = &'a mut DeviceBuffer<T>;
     fn expect() -> Expect {
         Expect::Pointer {
-            element: T::ELEMENT
-                .filter(|(c, n)| c.size().checked_mul(*n) == Some(std::mem::size_of::<T>())),
+            element: crate::buffer::element_of::<T>(),
             type_name: std::any::type_name::<T>(),
             written: true,
         }
