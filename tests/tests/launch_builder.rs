@@ -347,6 +347,76 @@ fn extents_of_several_parameters_and_expressions_are_checked() {
 }
 
 #[test]
+fn launches_with_more_arguments_than_the_builder_keeps_inline_are_checked_the_same() {
+    // Nine parameters (the builder keeps six inline, then moves to the heap), a literal
+    // extent and a parameter one: every count from 0 to 9 arguments is tried, and a short
+    // buffer in the ninth position is refused, naming it.
+    let so = host_so(
+        "nine-args",
+        "#include \"offload_kernel.h\"\n\
+         OFFLOAD_KERNEL void nine(int n, float a, float b, float c, float d, float e, double f,\n\
+                                  const float x[4], float y[n]) {\n\
+           unsigned i = offload_global_id_x();\n\
+           if (i < (unsigned)n) y[i] = a * x[i % 4] + b + c + d + e + (float)f; }\n\
+         OFFLOAD_PARAMS(nine, int n, float a, float b, float c, float d, float e, double f,\n\
+                        const float x[4], float y[n]);\n",
+    );
+    let (_rt, device) = host();
+    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let nine = program.kernel("nine").unwrap();
+    let x = device.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let short_x = device.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+    let mut y = device.upload(&[0.0f32; 10]).unwrap();
+    for count in 0..9 {
+        let mut l = nine.launch(LaunchDims::linear(1, 16));
+        let scalars = [0.5f32, 1.0, 2.0, 3.0, 4.0];
+        for i in 0..count {
+            match i {
+                0 => l.arg(10i32),
+                1..=5 => l.arg(scalars[i - 1]),
+                6 => l.arg(5.0f64),
+                _ => l.arg(&x),
+            };
+        }
+        let e = l.run().unwrap_err().to_string();
+        assert!(
+            e.contains("takes 9 argument(s)") && e.contains(&format!("passes {count}")),
+            "{count}: {e}"
+        );
+    }
+    let run = |x: &offload::DeviceBuffer<f32>, y: &mut offload::DeviceBuffer<f32>, n: i32| {
+        nine.launch(LaunchDims::linear(1, 16))
+            .arg(n)
+            .arg(0.5f32)
+            .arg(1.0f32)
+            .arg(2.0f32)
+            .arg(3.0f32)
+            .arg(4.0f32)
+            .arg(5.0f64)
+            .arg(x)
+            .arg(y)
+            .run()
+    };
+    run(&x, &mut y, 10).unwrap();
+    let want: Vec<f32> = (0..10)
+        .map(|i| 0.5 * [1.0, 2.0, 3.0, 4.0][i % 4] + 15.0)
+        .collect();
+    assert_eq!(y.to_vec().unwrap(), want);
+    let e = run(&x, &mut y, 11).unwrap_err().to_string();
+    assert!(
+        e.contains("parameter 8 'y' (float y[n]) may touch 11 element(s) ([n] with n = 11), and the buffer holds 10"),
+        "{e}"
+    );
+    let e = run(&short_x, &mut y, 10).unwrap_err().to_string();
+    assert!(
+        e.contains("parameter 7 'x' (const float x[4]) may touch 4 element(s) ([4] with constants only), and the buffer holds 3"),
+        "{e}"
+    );
+    // Nothing ran for the refused launches.
+    assert_eq!(y.to_vec().unwrap(), want);
+}
+
+#[test]
 fn unreadable_records_are_reported_by_the_checked_launch_only() {
     // Records written by hand, past the header's compile-time check.
     let so = host_so(

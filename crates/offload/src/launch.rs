@@ -218,7 +218,8 @@ pub struct Launch<'k, 'a> {
     len: usize,
     args: [KernelArg; INLINE],
     sources: [ArgSource; INLINE],
-    spill: Vec<(KernelArg, ArgSource)>,
+    /// All the arguments, once there are more than `INLINE`.
+    spill: (Vec<KernelArg>, Vec<ArgSource>),
     _borrows: PhantomData<&'a ()>,
 }
 
@@ -243,7 +244,7 @@ impl Kernel {
             len: 0,
             args: [KernelArg::I32(0); INLINE],
             sources: [ArgSource::Raw; INLINE],
-            spill: Vec::new(),
+            spill: (Vec::new(), Vec::new()),
             _borrows: PhantomData,
         }
     }
@@ -252,7 +253,7 @@ impl Kernel {
 impl<'k, 'a> Launch<'k, 'a> {
     #[inline(always)]
     fn push(&mut self, arg: KernelArg, source: ArgSource) -> &mut Self {
-        if self.len < INLINE && self.spill.is_empty() {
+        if self.len < INLINE {
             self.args[self.len] = arg;
             self.sources[self.len] = source;
         } else {
@@ -264,10 +265,11 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     #[cold]
     fn spill_push(&mut self, arg: KernelArg, source: ArgSource) {
-        if self.spill.is_empty() {
-            self.spill = self.args.iter().copied().zip(self.sources).collect();
+        if self.len == INLINE {
+            self.spill = (self.args.to_vec(), self.sources.to_vec());
         }
-        self.spill.push((arg, source));
+        self.spill.0.push(arg);
+        self.spill.1.push(source);
     }
 
     /// The next argument: a scalar, or a buffer or view borrowed for as long as the launch
@@ -287,12 +289,12 @@ impl<'k, 'a> Launch<'k, 'a> {
         self.push(arg, ArgSource::Raw)
     }
 
-    fn with_args<R>(&self, f: impl FnOnce(&[KernelArg], &[ArgSource]) -> R) -> R {
-        if self.spill.is_empty() {
-            f(&self.args[..self.len], &self.sources[..self.len])
+    #[inline(always)]
+    fn args(&self) -> (&[KernelArg], &[ArgSource]) {
+        if self.len <= INLINE {
+            (&self.args[..self.len], &self.sources[..self.len])
         } else {
-            let (a, s): (Vec<KernelArg>, Vec<ArgSource>) = self.spill.iter().copied().unzip();
-            f(&a, &s)
+            (&self.spill.0, &self.spill.1)
         }
     }
 
@@ -300,6 +302,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// returning when it has run. Refused, with the parameter named, when the kernel has no
     /// record or an argument does not match it (see the module docs). The launch keeps its
     /// arguments: running it again launches the kernel again.
+    #[inline]
     pub fn run(&mut self) -> Result<()> {
         self.submit(true, None)
     }
@@ -338,19 +341,19 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     /// The launch, synchronous or on `queue`: with the parameter check (`checked`), else with
     /// the device check of every buffer only.
+    #[inline]
     fn submit(&self, checked: bool, queue: Option<&Queue>) -> Result<()> {
-        self.with_args(|args, sources| {
-            if checked {
-                check(self.kernel, args, sources, queue.is_some())?;
-            } else {
-                check_devices(self.kernel, sources)?;
-            }
-            let program = &self.kernel.program;
-            if let Some(q) = queue {
-                program.check_queue(q)?;
-            }
-            program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle))
-        })
+        let (args, sources) = self.args();
+        if checked {
+            check(self.kernel, args, sources, queue.is_some())?;
+        } else {
+            check_devices(self.kernel, sources)?;
+        }
+        let program = &self.kernel.program;
+        if let Some(q) = queue {
+            program.check_queue(q)?;
+        }
+        program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle))
     }
 }
 
@@ -482,6 +485,7 @@ fn passes(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: bo
 /// The checked launch's rules, against the kernel's record: the fast yes of [`passes`], else
 /// the rules one by one, which name what failed. (Debug builds, the tests', check that the
 /// two agree on every launch the fast path lets through.)
+#[inline]
 fn check(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: bool) -> Result<()> {
     if passes(kernel, args, sources, queued) {
         debug_assert!(
@@ -495,6 +499,8 @@ fn check(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: boo
 }
 
 /// The rules one by one, naming the first that fails.
+#[cold]
+#[inline(never)]
 fn explain(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: bool) -> Result<()> {
     check_devices(kernel, sources)?;
     let name = &kernel.name;
