@@ -1,17 +1,19 @@
 //! Host launch overhead: an empty kernel launched with grid 1, block 1 through the runtime
 //! (ABI table, argument marshalling, libffi call) against a direct call of the same function
-//! from the same shared object, measured in the same run; and the checked launch builder
+//! from the same shared object; and the checked launch builder
 //! (`kernel.launch(dims).arg(..).run()`, which checks every argument and extent against the
-//! kernel's `OFFLOAD_PARAMS` record) against the device API below it, for the empty kernel and
-//! for saxpy (four arguments, two extents).
+//! kernel's `OFFLOAD_PARAMS` record) and its unchecked run against the device API below it,
+//! for the empty kernel and for saxpy (four arguments, two extents).
 //!
 //!     cargo bench -p offload-tests --bench launch_overhead
 //!
-//! Needs the workspace built in release (`cargo build --release --workspace`); prints the
-//! per-launch times and their ratio. Diagnostics are off (no `OFFLOAD_INFO`, `OFFLOAD_DEBUG`,
-//! `OFFLOAD_PROFILE`): the launch through the runtime (with its diagnostics span, inert) is
-//! also compared with the same launch through the device API below it (no span), rounds of the
-//! two interleaved, so the cost of diagnostics that are off shows as their difference.
+//! Needs the workspace built in release (`cargo build --release --workspace`). The variants
+//! of one kernel are timed batch by batch in turn, so all see the same machine; each round
+//! keeps each variant's best batch, and the differences are taken within a round. Prints the
+//! median over the rounds and their range. Diagnostics are off (no `OFFLOAD_INFO`,
+//! `OFFLOAD_DEBUG`, `OFFLOAD_PROFILE`): `Program::launch` (which checks for a diagnostics
+//! subscriber) against the device API (which does not) shows what diagnostics that are off
+//! cost.
 
 use offload::{KernelArg, LaunchDims};
 use offload_tests::*;
