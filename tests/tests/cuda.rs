@@ -266,6 +266,51 @@ fn stub_and_broken_drivers_are_reported_not_crashed_on() {
     );
 }
 
+#[test]
+fn a_stub_on_the_loader_path_does_not_hide_the_driver() {
+    // The loader path holds the toolkit's stub under one name and a driver (the fake, with
+    // its devices) under the other: discovery takes the driver either way, as the real
+    // `libcuda.so.1` beside a `stubs/libcuda.so` on LD_LIBRARY_PATH must be taken.
+    let root = scratch("cuda-stub-order");
+    let built = scratch("cuda-stub-order-src");
+    let stub = fake_driver(&built, "stub", 34, 1, true);
+    let not_a_driver = fake_driver(&built, "no-cuinit", 0, 1, false);
+    let driver = fake_cuda_driver();
+    for (case, stub_name) in [
+        ("stub-unversioned", "libcuda.so"),
+        ("stub-versioned", "libcuda.so.1"),
+    ] {
+        let dir = root.join(case);
+        std::fs::create_dir_all(&dir).unwrap();
+        let driver_name = if stub_name == "libcuda.so" {
+            "libcuda.so.1"
+        } else {
+            "libcuda.so"
+        };
+        std::fs::copy(&stub, dir.join(stub_name)).unwrap();
+        std::fs::copy(&driver, dir.join(driver_name)).unwrap();
+        let cuda = cuda_info(&[("LD_LIBRARY_PATH", dir.to_str().unwrap())]);
+        assert_eq!(cuda["status"], "ok", "{case}: {cuda}");
+        assert!(
+            cuda["devices"].as_array().is_some_and(|d| !d.is_empty()),
+            "{case}: {cuda}"
+        );
+    }
+    // Only the stub and a library without cuInit: no devices, and the reason names both.
+    let dir = root.join("stub-only");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&stub, dir.join("libcuda.so")).unwrap();
+    std::fs::copy(&not_a_driver, dir.join("libcuda.so.1")).unwrap();
+    let cuda = cuda_info(&[("LD_LIBRARY_PATH", dir.to_str().unwrap())]);
+    assert_eq!(cuda["status"], "no-devices", "{cuda}");
+    let reason = cuda["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("'libcuda.so.1' has no cuInit")
+            && reason.contains("'libcuda.so' is the CUDA toolkit's stub library"),
+        "{reason}"
+    );
+}
+
 /// With a GPU: every kernel from cubin, PTX, fatbin and bitcode, compared bit for bit with the
 /// host plugin's results (the check `scripts/gpu-check.sh cuda` runs, here on images built now).
 #[test]

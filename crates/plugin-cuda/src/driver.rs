@@ -105,8 +105,6 @@ impl std::fmt::Debug for Driver {
 }
 
 driver_calls! {
-    /// `cuInit`
-    cuInit(flags: c_uint);
     /// `cuDriverGetVersion`
     cuDriverGetVersion(version: *mut c_int);
     /// `cuDeviceGetCount`
@@ -181,9 +179,12 @@ pub enum Loaded {
 }
 
 impl Driver {
-    /// Finds and opens the driver library (`OFFLOAD_CUDA_DRIVER`, else cudarc's candidate
-    /// names), then `cuInit`s it. A missing library, the toolkit's stub, or a driver without
-    /// devices is [`Loaded::Absent`] with the reason; a bad `OFFLOAD_CUDA_DRIVER` is an error.
+    /// Finds and opens the driver library (`OFFLOAD_CUDA_DRIVER`, else `libcuda.so.1`, the
+    /// name every NVIDIA driver installs, then cudarc's other candidate names), then
+    /// `cuInit`s it. A candidate that is the toolkit's stub library or has no `cuInit` is
+    /// passed over for the next one (a stub directory on the loader path must not hide the
+    /// driver); no usable candidate, or a driver without devices, is [`Loaded::Absent`] with
+    /// the reasons; a bad `OFFLOAD_CUDA_DRIVER` is an error.
     pub fn load() -> Result<Loaded> {
         let candidates: Vec<String> = match offload_core::env::raw(&[ENV_DRIVER])? {
             Some((name, value)) => {
@@ -195,8 +196,9 @@ impl Driver {
                 vec![value]
             }
             None => {
-                // cudarc's names, without the Windows spellings and duplicates.
-                let mut names: Vec<String> = Vec::new();
+                // libcuda.so.1 first; the unversioned name is a development link or the stub.
+                // Then cudarc's names, without the Windows spellings and duplicates.
+                let mut names = vec!["libcuda.so.1".to_string()];
                 for n in cudarc::get_lib_name_candidates("cuda") {
                     if n.starts_with("libcuda.so") && !names.contains(&n) {
                         names.push(n);
@@ -205,37 +207,68 @@ impl Driver {
                 names
             }
         };
-        let mut last = String::new();
+        let mut passed_over: Vec<String> = Vec::new();
+        let mut not_found = String::new();
         for c in &candidates {
             // SAFETY: opening the driver library runs its initialisers, which is what using the
             // driver means; it is never closed.
-            match unsafe { libloading::Library::new(c) } {
-                Ok(lib) => {
-                    let driver = Driver {
-                        lib,
-                        path: c.clone(),
-                        symbols: Symbols::default(),
-                        error_name: OnceLock::new(),
-                        error_string: OnceLock::new(),
-                    };
-                    // SAFETY: cuInit has no preconditions.
-                    return match unsafe { driver.cuInit(0) } {
-                        Ok(()) => Ok(Loaded::Ready(Box::new(driver))),
-                        Err(Error::NoDevice(why)) => Ok(Loaded::Absent(why)),
-                        Err(e) => Ok(Loaded::Absent(format!(
-                            "the CUDA driver '{c}' failed to initialise: {}",
-                            e.message()
-                        ))),
-                    };
+            let lib = match unsafe { libloading::Library::new(c) } {
+                Ok(lib) => lib,
+                Err(e) => {
+                    not_found = e.to_string();
+                    continue;
                 }
-                Err(e) => last = e.to_string(),
-            }
+            };
+            let driver = Driver {
+                lib,
+                path: c.clone(),
+                symbols: Symbols::default(),
+                error_name: OnceLock::new(),
+                error_string: OnceLock::new(),
+            };
+            // Called by hand, not through `driver_calls!`: the raw status tells the stub apart.
+            // SAFETY: the symbol has this C signature in every CUDA driver.
+            let init = unsafe {
+                driver
+                    .lib
+                    .get::<unsafe extern "C" fn(c_uint) -> c_int>(b"cuInit\0")
+            };
+            let Ok(init) = init else {
+                passed_over.push(format!("'{c}' has no cuInit (not a CUDA driver)"));
+                continue;
+            };
+            // SAFETY: cuInit has no preconditions.
+            let status = unsafe { init(0) };
+            let why = match driver.check(status, "cuInit") {
+                Ok(()) => return Ok(Loaded::Ready(Box::new(driver))),
+                Err(Error::NoDevice(why)) if status == STUB_LIBRARY => {
+                    passed_over.push(why);
+                    continue;
+                }
+                Err(Error::NoDevice(why)) => why,
+                Err(e) => format!(
+                    "the CUDA driver '{c}' failed to initialise: {}",
+                    e.message()
+                ),
+            };
+            return Ok(Loaded::Absent(if passed_over.is_empty() {
+                why
+            } else {
+                format!("{why} (passed over before it: {})", passed_over.join("; "))
+            }));
         }
-        Ok(Loaded::Absent(format!(
-            "the CUDA driver library was not found (tried {}; last error: {last}): the NVIDIA \
-             driver is not installed, or set {ENV_DRIVER}",
+        let mut why = format!(
+            "no usable CUDA driver library (tried {}",
             candidates.join(", ")
-        )))
+        );
+        if !passed_over.is_empty() {
+            why += &format!("; passed over: {}", passed_over.join("; "));
+        }
+        if !not_found.is_empty() {
+            why += &format!("; last loader error: {not_found}");
+        }
+        why += &format!("): the NVIDIA driver is not installed, or set {ENV_DRIVER}");
+        Ok(Loaded::Absent(why))
     }
 
     /// The library's path (as it was opened).
