@@ -6,7 +6,8 @@
  *   - every call but the device queries needs a context current on the calling thread
  *     (CUDA_ERROR_INVALID_CONTEXT otherwise, and a "no-context" line in the log);
  *   - device memory is host memory it tracks: copies must stay inside allocations, frees
- *     must name a live allocation ("bad-copy" / "bad-free" lines otherwise);
+ *     must name a live allocation ("bad-copy" / "bad-free" lines otherwise); overlapping
+ *     copies give a wrong result, as a copy engine may ("overlapping-copy");
  *   - modules are the bytes given (cubin, PTX or fatbin); PTX containing `bogus_instruction`
  *     is refused with a compiler log; kernels are found by name; PTX kernels report their
  *     parameter sizes (cuFuncGetParamInfo), cubin kernels do not (as an old driver);
@@ -260,6 +261,23 @@ CUresult cuMemAllocManaged(uintptr_t *p, size_t n, unsigned flags) {
 CUresult cuMemFree_v2(uintptr_t p) { return release(p, 1 << 0 | 1 << 2); }
 CUresult cuMemFreeHost(void *p) { return release((uintptr_t)p, 1 << 1); }
 
+/* A copy engine promises nothing for overlapping ranges; this one copies in the direction that
+ * gets memmove's result wrong, and says so ("overlapping-copy"). */
+static void engine_copy(unsigned char *dst, const unsigned char *src, size_t n) {
+  if (dst < src + n && src < dst + n && dst != src) {
+    say("overlapping-copy 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)dst,
+        (unsigned long)(uintptr_t)src, n);
+    if (dst > src)
+      for (size_t i = 0; i < n; ++i)
+        dst[i] = src[i];
+    else
+      for (size_t i = n; i-- > 0;)
+        dst[i] = src[i];
+    return;
+  }
+  memcpy(dst, src, n);
+}
+
 static CUresult copy(const char *what, uintptr_t dst, int dst_device, uintptr_t src,
                      int src_device, size_t n) {
   NEED_CONTEXT;
@@ -267,7 +285,7 @@ static CUresult copy(const char *what, uintptr_t dst, int dst_device, uintptr_t 
     say("bad-copy %s 0x%lx 0x%lx %zu\n", what, (unsigned long)dst, (unsigned long)src, n);
     return INVALID_VALUE;
   }
-  memmove((void *)dst, (const void *)src, n);
+  engine_copy((unsigned char *)dst, (const unsigned char *)src, n);
   say("copy %s %zu\n", what, n);
   return OK;
 }

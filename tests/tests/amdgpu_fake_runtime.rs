@@ -579,3 +579,23 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
     assert_eq!(count("queue-destroy"), 4);
     assert_contracts_kept(&lines, "threads, queues and mutants");
 }
+
+#[test]
+fn overlapping_device_copies_reach_the_runtime_as_disjoint_ones() {
+    // As for CUDA: the fake's DMA engine gets overlapping copies wrong.
+    let log = log_file("overlap");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
+        std::env::set_var("FAKE_HSA_LOG", &log);
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let device = rt.device("amdgpu", 0).unwrap();
+    check_overlapping_device_copies(&device, 0xc0_9e13, 400);
+    let lines = std::fs::read_to_string(&log).unwrap_or_default();
+    let overlapping: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.starts_with("overlapping-copy"))
+        .collect();
+    assert!(overlapping.is_empty(), "{overlapping:?}");
+}

@@ -645,3 +645,29 @@ fn the_parameter_record_of_a_ptx_kernel_checks_launches_through_the_driver() {
     );
     assert_contracts_kept(&lines, "params");
 }
+
+#[test]
+fn overlapping_device_copies_reach_the_driver_as_disjoint_ones() {
+    // The fake's copy engine gets overlapping copies wrong, as a real one may: memmove's
+    // result here means the layer split or staged every overlapping copy.
+    let log = log_file("overlap");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", &log);
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let device = rt.device("cuda", 0).unwrap();
+    check_overlapping_device_copies(&device, 0xc0_9e12, 400);
+    let lines = log_lines(&log);
+    let overlapping: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("overlapping-copy"))
+        .collect();
+    assert!(overlapping.is_empty(), "{overlapping:?}");
+    assert!(
+        lines.iter().filter(|l| l.starts_with("copy dtod")).count() > 400,
+        "pieces and staged copies"
+    );
+    assert_contracts_kept(&lines, "overlapping copies");
+}

@@ -256,3 +256,10 @@ fn events_order_work_across_queues_on_the_host() {
     raw.queue_destroy(producer).unwrap();
     raw.queue_destroy(consumer).unwrap();
 }
+
+#[test]
+fn overlapping_device_copies_give_memmove_results_on_the_host() {
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    check_overlapping_device_copies(&device, 0xc0_9e11, 400);
+}

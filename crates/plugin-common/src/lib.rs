@@ -115,7 +115,8 @@ pub enum Op<'a, D: DeviceBackend> {
         /// Bytes.
         len: usize,
     },
-    /// `len` bytes between two device ranges (they may overlap).
+    /// `len` bytes between two device ranges that do not overlap (GPU copy engines give no
+    /// result for overlapping ones; the layer splits or stages those, [`copy_within`]).
     CopyDeviceToDevice {
         /// Destination.
         dst: DevicePtr,
@@ -203,6 +204,58 @@ pub trait DeviceBackend: Send + Sync + Sized + 'static {
     /// Runs `op` to completion on the calling thread (`stream`: the queue's, if it is queued).
     fn execute(&self, op: Op<'_, Self>, stream: Option<&Self::Stream>) -> Result<()>;
 }
+
+/// A device-to-device copy with `memmove`'s result for ranges that overlap, through a backend
+/// that is only handed ranges that do not: pieces of the ranges' distance in the order that
+/// reads every byte before it is overwritten, or, when that would take more than
+/// [`MAX_COPY_PIECES`] pieces, a copy through a temporary device allocation (pieces again if
+/// none can be had).
+pub fn copy_within<D: DeviceBackend>(
+    backend: &D,
+    dst: DevicePtr,
+    src: DevicePtr,
+    len: u64,
+    stream: Option<&D::Stream>,
+) -> Result<()> {
+    let copy = |dst: u64, src: u64, len: u64| {
+        backend.execute(
+            Op::CopyDeviceToDevice {
+                dst: DevicePtr(dst),
+                src: DevicePtr(src),
+                len,
+            },
+            stream,
+        )
+    };
+    let distance = dst.0.abs_diff(src.0);
+    if distance >= len {
+        return copy(dst.0, src.0, len);
+    }
+    if distance == 0 {
+        // The same range: memmove leaves it as it is.
+        return Ok(());
+    }
+    if len.div_ceil(distance) > MAX_COPY_PIECES
+        && let Ok(tmp) = backend.alloc(len, MemoryKind::Device)
+    {
+        // `execute` runs each copy to completion, so the allocation is free to go after.
+        let result = copy(tmp.0, src.0, len).and_then(|()| copy(dst.0, tmp.0, len));
+        backend.free(tmp, len, MemoryKind::Device);
+        return result;
+    }
+    // Copying up: the top piece first; copying down: the bottom one. Each piece is at most
+    // `distance` long, so its source and destination are apart.
+    let pieces = len.div_ceil(distance);
+    for i in 0..pieces {
+        let k = if dst.0 > src.0 { pieces - 1 - i } else { i };
+        let at = k * distance;
+        copy(dst.0 + at, src.0 + at, distance.min(len - at))?;
+    }
+    Ok(())
+}
+
+/// Above this many pieces an overlapping device copy goes through a temporary allocation.
+pub const MAX_COPY_PIECES: u64 = 8;
 
 /// Turns a backend into a plugin: `plugin_common::export_backend!(MyBackend::new);`.
 #[macro_export]
@@ -492,7 +545,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         self.pin(&mut hold, src, len, "device copy source")?;
         self.pin(&mut hold, dst, len, "device copy destination")?;
         self.run(queue, hold, move |b, stream| {
-            b.execute(Op::CopyDeviceToDevice { dst, src, len }, stream)
+            copy_within(b, dst, src, len, stream)
         })
     }
 
