@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 enum {
@@ -548,6 +549,29 @@ CUresult cuFuncSetAttribute(void *fn, int attribute, int value) {
   return OK;
 }
 
+/* Kernels named `rendezvous...` wait (up to 10 s) until FAKE_CUDA_RENDEZVOUS (default 2)
+ * launches of them are running at once, as kernels that wait for each other through memory
+ * do on a GPU; "rendezvous-timeout" in the log when they did not all come. */
+static pthread_cond_t arrived = PTHREAD_COND_INITIALIZER;
+static int rendezvous_count;
+
+static void rendezvous(void) {
+  const char *e = getenv("FAKE_CUDA_RENDEZVOUS");
+  int want = e ? atoi(e) : 2;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  pthread_mutex_lock(&lock);
+  ++rendezvous_count;
+  pthread_cond_broadcast(&arrived);
+  int timed_out = 0;
+  while (rendezvous_count < want && !timed_out)
+    timed_out = pthread_cond_timedwait(&arrived, &lock, &until) != 0;
+  pthread_mutex_unlock(&lock);
+  if (timed_out)
+    say("rendezvous-timeout\n");
+}
+
 CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
                         void **extra) {
@@ -567,5 +591,7 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
       at += snprintf(line + at, sizeof line - (size_t)at, "%02x", v[b]);
   }
   say("%s\n", line);
+  if (!strncmp(f->name, "rendezvous", 10))
+    rendezvous();
   return OK;
 }

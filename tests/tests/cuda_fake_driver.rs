@@ -671,3 +671,56 @@ fn overlapping_device_copies_reach_the_driver_as_disjoint_ones() {
     );
     assert_contracts_kept(&lines, "overlapping copies");
 }
+
+#[test]
+fn kernels_on_two_queues_that_share_a_buffer_run_at_the_same_time() {
+    // Two launches of a kernel that waits until both are running (as producer/consumer
+    // kernels wait for each other through memory), on two queues, with the same buffer: a
+    // layer that held the buffer's lock across the GPU's work would let only one run.
+    use offload::{KernelArg, LaunchDims, MemoryKind};
+    let log = log_file("rendezvous");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", &log);
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let device = rt.device("cuda", 0).unwrap();
+    let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
+               .visible .entry rendezvous(.param .u64 flags)\n{\n ret;\n}\n";
+    let program = device.load(ptx.as_bytes()).unwrap();
+    let kernel = program.kernel("rendezvous").unwrap();
+    // SAFETY: the device API on this test's own allocation only.
+    let raw = unsafe { device.raw() }.clone();
+    let flags = raw.alloc(64, MemoryKind::Device).unwrap();
+    let queues = [raw.queue_create().unwrap(), raw.queue_create().unwrap()];
+    for q in queues {
+        raw.launch(
+            kernel.handle(),
+            &LaunchDims::linear(1, 32),
+            &[KernelArg::Ptr(flags)],
+            Some(q),
+        )
+        .unwrap();
+    }
+    for q in queues {
+        raw.queue_synchronize(q).unwrap();
+        raw.queue_destroy(q).unwrap();
+    }
+    raw.free(flags).unwrap();
+    drop((kernel, program));
+    let lines = log_lines(&log);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("launch rendezvous"))
+            .count(),
+        2,
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l == "rendezvous-timeout"),
+        "the two launches did not run at the same time: {lines:#?}"
+    );
+    assert_contracts_kept(&lines, "rendezvous");
+}

@@ -787,6 +787,11 @@ impl DeviceBackend for AmdDevice {
         let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(ptr.0 as *mut c_void) };
     }
 
+    fn locks_regions(&self) -> bool {
+        // Streams order the GPU's work; see the trait.
+        false
+    }
+
     fn stream_create(&self) -> Result<HsaQueue> {
         HsaQueue::create(&self.hsa, self.agent, self.queue_max)
     }

@@ -199,6 +199,16 @@ pub trait DeviceBackend: Send + Sync + Sized + 'static {
     fn strict_pointers(&self) -> bool {
         true
     }
+    /// Whether an operation holds the layer's lock of every region it uses while it runs, so
+    /// that two operations on the same memory never run at the same time. The host: yes (its
+    /// copies and kernels touch the memory from host threads). A GPU: no (the default is yes):
+    /// its streams order the work, and a lock held across GPU work would keep kernels on
+    /// different queues that only read a buffer from running together and deadlock kernels
+    /// that wait for each other through memory. Queued work still keeps what it uses alive,
+    /// and synchronous operations still wait for queued work on the same memory.
+    fn locks_regions(&self) -> bool {
+        true
+    }
     /// Makes what one queue runs on.
     fn stream_create(&self) -> Result<Self::Stream>;
     /// Runs `op` to completion on the calling thread (`stream`: the queue's, if it is queued).
@@ -349,7 +359,11 @@ impl<D: DeviceBackend> Device<D> {
             None => {
                 // Queued work on the same memory first (memory.rs).
                 hold.wait_queued();
-                let guards = hold.lock();
+                let guards = if self.backend.locks_regions() {
+                    hold.lock()
+                } else {
+                    Vec::new()
+                };
                 let result = op(&self.backend, None);
                 drop(guards);
                 result
@@ -362,7 +376,11 @@ impl<D: DeviceBackend> Device<D> {
                 entry.queue.submit(
                     Box::new(move |_| {
                         backend.enter()?;
-                        let guards = hold.lock();
+                        let guards = if backend.locks_regions() {
+                            hold.lock()
+                        } else {
+                            Vec::new()
+                        };
                         let result = op(&backend, Some(&stream));
                         drop(guards);
                         drop(hold);

@@ -8,9 +8,12 @@
 //! launch still reads it stays alive until that launch is done, and its address cannot be
 //! handed out again before then.
 //!
-//! Each region also has a lock that the layer takes while an operation runs on the host's side
-//! (copies, and launches on CPU backends), in address order: two operations on the same memory
-//! never run at the same time, so safe calls on any number of threads never race on it.
+//! Each region also has a lock that the layer takes while an operation runs, in address order,
+//! on backends whose operations touch the memory from host threads (the host:
+//! `DeviceBackend::locks_regions`): two operations on the same memory never run at the same
+//! time, so safe calls on any number of threads never race on it. GPUs order their work with
+//! their streams instead; holding a lock across GPU work would serialise kernels that only
+//! read a buffer.
 //!
 //! And each counts the queued operations that use it and have not finished: a synchronous
 //! operation on a region first waits for those ([`Hold::wait_queued`]), so a read right after
@@ -223,7 +226,11 @@ impl Regions {
         let mut map = self.lock();
         match map.get(&ptr.0).map(|r| &r.kind) {
             Some(RegionKind::Allocation(_)) => {
-                map.remove(&ptr.0);
+                let removed = map.remove(&ptr.0);
+                // The last reference may release the memory (cuMemFree can wait for work in
+                // flight): never under the table's lock, which every submission takes.
+                drop(map);
+                drop(removed);
                 Ok(())
             }
             Some(RegionKind::Global(_)) => Err(Error::InvalidArgument(format!(
@@ -252,10 +259,16 @@ impl Regions {
 
     /// Removes the globals registered for a program (matched by `is_program`).
     pub fn remove_globals(&self, is_program: impl Fn(&Arc<dyn Any + Send + Sync>) -> bool) {
+        let mut removed = Vec::new();
         self.lock().retain(|_, r| match &r.kind {
-            RegionKind::Global(p) => !is_program(p),
-            RegionKind::Allocation(_) => true,
+            RegionKind::Global(p) if is_program(p) => {
+                removed.push(r.clone());
+                false
+            }
+            _ => true,
         });
+        // Dropped after the table's lock, as in `free`.
+        drop(removed);
     }
 
     /// Drops every region (device shutdown).
@@ -285,6 +298,46 @@ mod tests {
         assert!(!Arc::ptr_eq(&a, &c));
     }
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn memory_is_released_outside_the_table_lock() {
+        // A release that needs the table from another thread (as a submission on another
+        // thread does while cuMemFree waits): it must not find the table locked.
+        let regions = Arc::new(Regions::default());
+        let found = Arc::new(AtomicU64::new(0));
+        for (i, global) in [(0u64, false), (1, true)] {
+            let (r, f) = (regions.clone(), found.clone());
+            let release: Release = Box::new(move |_, _| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let _ = r.find(DevicePtr(1 << 20), 1, "t", "d");
+                    let _ = tx.send(());
+                });
+                if rx.recv_timeout(std::time::Duration::from_secs(20)).is_ok() {
+                    f.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            let ptr = DevicePtr(4096 * (i + 1));
+            let program: Arc<dyn Any + Send + Sync> = Arc::new(i);
+            let kind = if global {
+                RegionKind::Global(program.clone())
+            } else {
+                RegionKind::Allocation(MemoryKind::Device)
+            };
+            regions.insert(Region::new(ptr, 64, kind, Some(release)));
+            if global {
+                regions.remove_globals(|p| Arc::ptr_eq(p, &program));
+            } else {
+                regions.free(ptr, "d").unwrap();
+            }
+            assert_eq!(
+                found.load(Ordering::SeqCst),
+                i + 1,
+                "{}",
+                if global { "remove_globals" } else { "free" }
+            );
+        }
+    }
 
     #[test]
     fn frees_wait_for_the_last_holder() {

@@ -454,6 +454,11 @@ impl DeviceBackend for CudaDevice {
         };
     }
 
+    fn locks_regions(&self) -> bool {
+        // Streams order the GPU's work; see the trait.
+        false
+    }
+
     fn stream_create(&self) -> Result<Stream> {
         let mut stream: CUstream = std::ptr::null_mut();
         // SAFETY: live out-pointer; the context is current.
