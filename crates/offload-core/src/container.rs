@@ -295,25 +295,9 @@ fn offload_bundle(bytes: &[u8]) -> Result<Vec<Entry<'_>>> {
 /// Offload sections of an ELF file, if it has any.
 fn elf_sections(bytes: &[u8]) -> Result<Option<(String, Vec<Entry<'_>>)>> {
     use object::{Object, ObjectSection};
-    // `object` reads headers in place and wants them aligned; parse an aligned copy when the
-    // bytes are not, and slice the original by file offsets.
-    let aligned: Vec<u64>;
-    let copy = if bytes.as_ptr().align_offset(8) == 0 {
-        bytes
-    } else {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        // SAFETY: `words` owns at least `bytes.len()` bytes; u64 has no invalid bit patterns.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                words.as_mut_ptr().cast::<u8>(),
-                bytes.len(),
-            );
-        }
-        aligned = words;
-        // SAFETY: the first `bytes.len()` bytes of `aligned` were just initialised.
-        unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), bytes.len()) }
-    };
+    // Parsed aligned; the original is sliced by file offsets.
+    let aligned = crate::image::Aligned::new(bytes);
+    let copy = aligned.bytes();
     let Ok(file) = object::File::parse(copy) else {
         // Not an ELF we can read sections of: the native-image checks say why.
         return Ok(None);

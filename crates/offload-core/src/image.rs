@@ -531,6 +531,48 @@ pub struct ExportedSymbol {
     pub size: u64,
 }
 
+/// Bytes at an 8-byte aligned address, as `object` needs to read ELF headers in place: the
+/// bytes themselves when they are aligned, else an aligned copy (an image embedded with
+/// `include_bytes!` or sliced out of a larger file may not be). Offsets are the same in both.
+#[derive(Debug)]
+pub struct Aligned<'a> {
+    bytes: &'a [u8],
+    copy: Option<Vec<u64>>,
+}
+
+impl<'a> Aligned<'a> {
+    /// `bytes`, aligned.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        if bytes.as_ptr().align_offset(8) == 0 {
+            return Aligned { bytes, copy: None };
+        }
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        // SAFETY: `words` owns at least `bytes.len()` bytes; u64 has no invalid bit patterns.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                words.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            );
+        }
+        Aligned {
+            bytes,
+            copy: Some(words),
+        }
+    }
+
+    /// The aligned bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.copy {
+            // SAFETY: the first `bytes.len()` bytes of `words` were initialised from `bytes`.
+            Some(words) => unsafe {
+                std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), self.bytes.len())
+            },
+            None => self.bytes,
+        }
+    }
+}
+
 /// A structurally validated 64-bit ELF image in host byte order, with its exported symbols.
 #[derive(Debug, Clone)]
 pub struct ElfImage {
@@ -563,25 +605,8 @@ impl ElfImage {
             }
         };
         info.require(req)?;
-        // `object` reads headers in place and needs them 8-byte aligned; an image embedded
-        // with `include_bytes!` or sliced out of a larger file may not be.
-        let aligned: Vec<u64>;
-        let bytes = if bytes.as_ptr().align_offset(8) == 0 {
-            bytes
-        } else {
-            let mut words = vec![0u64; bytes.len().div_ceil(8)];
-            // SAFETY: `words` owns at least `bytes.len()` bytes; u64 has no invalid bit patterns.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    words.as_mut_ptr().cast::<u8>(),
-                    bytes.len(),
-                );
-            }
-            aligned = words;
-            // SAFETY: the first `bytes.len()` bytes of `aligned` were just initialised.
-            unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), bytes.len()) }
-        };
+        let aligned = Aligned::new(bytes);
+        let bytes = aligned.bytes();
         let file = ElfFile64::<Endianness>::parse(bytes).map_err(|e| {
             Error::InvalidImage(format!("malformed ELF64 ({} bytes): {e}", bytes.len()))
         })?;

@@ -96,23 +96,8 @@ fn bad(what: impl std::fmt::Display) -> Error {
 
 /// Reads the metadata note of a (structurally checked) code object.
 pub fn read(image: &[u8]) -> Result<Metadata> {
-    let aligned: Vec<u64>;
-    let bytes = if image.as_ptr().align_offset(8) == 0 {
-        image
-    } else {
-        let mut words = vec![0u64; image.len().div_ceil(8)];
-        // SAFETY: `words` owns at least `image.len()` bytes; u64 has no invalid bit patterns.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                image.as_ptr(),
-                words.as_mut_ptr().cast::<u8>(),
-                image.len(),
-            )
-        };
-        aligned = words;
-        // SAFETY: the first `image.len()` bytes of `aligned` were just initialised.
-        unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), image.len()) }
-    };
+    let aligned = offload_core::image::Aligned::new(image);
+    let bytes = aligned.bytes();
     let file = ElfFile64::<Endianness>::parse(bytes)
         .map_err(|e| Error::InvalidImage(format!("malformed code object: {e}")))?;
     let endian = file.endian();
