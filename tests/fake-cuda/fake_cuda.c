@@ -9,13 +9,18 @@
  *     must name a live allocation ("bad-copy" / "bad-free" lines otherwise); overlapping
  *     copies give a wrong result, as a copy engine may ("overlapping-copy");
  *   - modules are the bytes given (cubin, PTX or fatbin); PTX containing `bogus_instruction`
- *     is refused with a compiler log; kernels are found by name; PTX kernels report their
- *     parameter sizes (cuFuncGetParamInfo), cubin kernels do not (as an old driver);
+ *     is refused with a compiler log; kernels are found by name; PTX and cubin kernels report
+ *     their parameter sizes (cuFuncGetParamInfo; from the `.entry` list and the `.nv.info`
+ *     records), unless FAKE_CUDA_NO_PARAM_INFO is set (a driver older than 12.4);
  *   - launches do not run: they are written to the log with their shape and the bytes of every
  *     parameter, read through the pointers the plugin passed, with the sizes the kernel has.
  *
  * Environment: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_CC ("9.0"), FAKE_CUDA_MEMORY (bytes
- * that may be allocated at once), FAKE_CUDA_LOG (file the log lines are appended to). */
+ * that may be allocated at once), FAKE_CUDA_LOG (file the log lines are appended to),
+ * FAKE_CUDA_NO_PARAM_INFO, FAKE_CUDA_KERNEL_LIMITS and FAKE_CUDA_FAULT (below). Launches are
+ * refused as the driver refuses them: more threads than the kernel's registers allow (701),
+ * more dynamic shared memory than the kernel's attribute (INVALID_VALUE); the attribute can be
+ * raised to the device's opt-in limit less the static size. */
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -37,11 +42,18 @@ enum {
   INVALID_PTX = 218,
   INVALID_HANDLE = 400,
   NOT_FOUND = 500,
+  ILLEGAL_ADDRESS = 700,
+  LAUNCH_OUT_OF_RESOURCES = 701,
   NOT_SUPPORTED = 801,
 };
 
+/* Shared memory a block may have with the kernel opted in (an H100/H200's 227 KiB). */
+#define SHARED_OPTIN 232448
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
+/* A sticky error (a kernel faulted): every later call that needs the context returns it. */
+static int sticky;
 static __thread void *current;
 static char contexts[16];
 
@@ -69,6 +81,8 @@ static void say(const char *fmt, ...) {
       say("no-context %s\n", __func__);                                                          \
       return INVALID_CONTEXT;                                                                    \
     }                                                                                            \
+    if (sticky)                                                                                  \
+      return sticky;                                                                             \
   } while (0)
 
 static int device_count(void) {
@@ -90,6 +104,8 @@ static const char *error_name(int e) {
   case INVALID_PTX: return "CUDA_ERROR_INVALID_PTX";
   case INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
   case NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
+  case ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+  case LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
   case NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
   default: return 0;
   }
@@ -165,6 +181,7 @@ CUresult cuDeviceGetAttribute(int *v, int attribute, int d) {
   case 8: *v = 49152; break;               /* shared memory per block */
   case 10: *v = 32; break;                 /* warp size */
   case 16: *v = 132; break;                /* multiprocessors */
+  case 97: *v = SHARED_OPTIN; break;      /* shared memory per block, opted in */
   case 75: *v = major; break;
   case 76: *v = minor; break;
   default: *v = 0;
@@ -339,10 +356,41 @@ struct module {
 
 struct function {
   char name[256];
-  int known; /* parameter sizes known (PTX) */
+  int known; /* parameter sizes known (PTX, cubin) */
   int count;
   size_t sizes[256];
+  int max_threads;   /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK */
+  int static_shared; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+  int dynamic_limit; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 };
+
+/* FAKE_CUDA_KERNEL_LIMITS="name:threads:static_shared,...": what a kernel's registers and
+ * static shared memory allow (default 1024 threads, no static shared memory). */
+static void kernel_limits(struct function *f) {
+  f->max_threads = 1024;
+  f->static_shared = 0;
+  const char *e = getenv("FAKE_CUDA_KERNEL_LIMITS");
+  size_t n = strlen(f->name);
+  for (const char *p = e; p && *p;) {
+    if (!strncmp(p, f->name, n) && p[n] == ':') {
+      sscanf(p + n + 1, "%d:%d", &f->max_threads, &f->static_shared);
+      break;
+    }
+    p = strchr(p, ',');
+    p = p ? p + 1 : 0;
+  }
+  f->dynamic_limit = 49152 - f->static_shared;
+}
+
+/* FAKE_CUDA_FAULT="name:status": launches of kernel `name` fail with `status`; a sticky one
+ * (700) is reported by the calls after the launch, as a kernel's fault is, and stays. */
+static int injected_fault(const char *name) {
+  const char *e = getenv("FAKE_CUDA_FAULT");
+  size_t n = strlen(name);
+  if (e && !strncmp(e, name, n) && e[n] == ':')
+    return atoi(e + n + 1);
+  return 0;
+}
 
 static size_t image_length(const unsigned char *p, int *ptx) {
   *ptx = 0;
@@ -444,6 +492,64 @@ static void ptx_params(const char *text, struct function *f) {
   }
 }
 
+/* Reads the EIATTR_KPARAM_INFO records of a cubin's `.nv.info.<name>` section, as the driver
+ * knows a cubin kernel's parameters: (u8 format 4, u8 attribute 0x17, u16 12) then u32 index,
+ * u16 ordinal, u16 offset, u32 flags with the size in bits 18-31. */
+static void cubin_params(const unsigned char *elf, size_t len, struct function *f) {
+  uint64_t shoff;
+  uint16_t shentsize, shnum, shstrndx;
+  if (len < 64)
+    return;
+  memcpy(&shoff, elf + 40, 8);
+  memcpy(&shentsize, elf + 58, 2);
+  memcpy(&shnum, elf + 60, 2);
+  memcpy(&shstrndx, elf + 62, 2);
+  if (shentsize < 64 || shstrndx >= shnum || shoff + (uint64_t)shnum * shentsize > len)
+    return;
+  const unsigned char *strtab_hdr = elf + shoff + (uint64_t)shstrndx * shentsize;
+  uint64_t stroff, strsize;
+  memcpy(&stroff, strtab_hdr + 24, 8);
+  memcpy(&strsize, strtab_hdr + 32, 8);
+  if (stroff + strsize > len)
+    return;
+  char want[300];
+  snprintf(want, sizeof want, ".nv.info.%s", f->name);
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const unsigned char *h = elf + shoff + (uint64_t)i * shentsize;
+    uint32_t name;
+    uint64_t off, size;
+    memcpy(&name, h, 4);
+    memcpy(&off, h + 24, 8);
+    memcpy(&size, h + 32, 8);
+    if (name >= strsize || off + size > len ||
+        strncmp((const char *)elf + stroff + name, want, strsize - name))
+      continue;
+    const unsigned char *d = elf + off;
+    for (uint64_t at = 0; at + 4 <= size;) {
+      unsigned format = d[at], attribute = d[at + 1];
+      uint16_t value;
+      memcpy(&value, d + at + 2, 2);
+      at += 4;
+      if (format != 4)
+        continue;
+      if (attribute == 0x17 && value == 12 && at + 12 <= size) {
+        uint16_t ordinal;
+        uint32_t flags;
+        memcpy(&ordinal, d + at + 4, 2);
+        memcpy(&flags, d + at + 8, 4);
+        if (ordinal < 256) {
+          f->sizes[ordinal] = flags >> 18;
+          if (ordinal + 1 > f->count)
+            f->count = ordinal + 1;
+          f->known = 1;
+        }
+      }
+      at += value;
+    }
+    return;
+  }
+}
+
 CUresult cuModuleGetFunction(void **out, void *m, const char *name) {
   NEED_CONTEXT;
   struct module *mod = m;
@@ -456,8 +562,11 @@ CUresult cuModuleGetFunction(void **out, void *m, const char *name) {
     return NOT_FOUND;
   struct function *f = calloc(1, sizeof *f);
   memcpy(f->name, name, n + 1);
+  kernel_limits(f);
   if (mod->ptx)
     ptx_params(mod->bytes, f);
+  else if (!memcmp(mod->bytes, "\x7f" "ELF", 4))
+    cubin_params((const unsigned char *)mod->bytes, mod->len, f);
   *out = f;
   return OK;
 }
@@ -528,7 +637,8 @@ CUresult cuModuleGetGlobal_v2(uintptr_t *p, size_t *n, void *m, const char *name
 CUresult cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size) {
   NEED_CONTEXT;
   struct function *f = fn;
-  if (!f->known)
+  /* FAKE_CUDA_NO_PARAM_INFO: a driver older than 12.4, which cannot say. */
+  if (!f->known || getenv("FAKE_CUDA_NO_PARAM_INFO"))
     return NOT_SUPPORTED;
   if (index >= (size_t)f->count)
     return INVALID_VALUE;
@@ -543,9 +653,27 @@ CUresult cuFuncGetParamInfo(void *fn, size_t index, size_t *offset, size_t *size
   return OK;
 }
 
+CUresult cuFuncGetAttribute(int *v, int attribute, void *fn) {
+  NEED_CONTEXT;
+  struct function *f = fn;
+  switch (attribute) {
+  case 0: *v = f->max_threads; break;
+  case 1: *v = f->static_shared; break;
+  case 8: *v = f->dynamic_limit; break;
+  default: *v = 0;
+  }
+  return OK;
+}
+
 CUresult cuFuncSetAttribute(void *fn, int attribute, int value) {
   NEED_CONTEXT;
-  say("attribute %s %d %d\n", ((struct function *)fn)->name, attribute, value);
+  struct function *f = fn;
+  say("attribute %s %d %d\n", f->name, attribute, value);
+  if (attribute == 8) {
+    if (value < 0 || value + f->static_shared > SHARED_OPTIN)
+      return INVALID_VALUE;
+    f->dynamic_limit = value;
+  }
   return OK;
 }
 
@@ -579,6 +707,19 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
   struct function *f = fn;
   if (extra)
     return INVALID_VALUE;
+  if ((unsigned long)bx * by * bz > (unsigned long)f->max_threads) {
+    say("launch-refused %s out-of-resources\n", f->name);
+    return LAUNCH_OUT_OF_RESOURCES;
+  }
+  if ((int)shared > f->dynamic_limit) {
+    say("launch-refused %s shared=%u limit=%d\n", f->name, shared, f->dynamic_limit);
+    return INVALID_VALUE;
+  }
+  int fault = injected_fault(f->name);
+  if (fault && fault != ILLEGAL_ADDRESS) {
+    say("launch-refused %s status=%d\n", f->name, fault);
+    return fault;
+  }
   char line[8192];
   int at = snprintf(line, sizeof line, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u %s params=",
                     f->name, gx, gy, gz, bx, by, bz, shared, stream ? "stream" : "default");
@@ -593,5 +734,9 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
   say("%s\n", line);
   if (!strncmp(f->name, "rendezvous", 10))
     rendezvous();
+  if (fault == ILLEGAL_ADDRESS) {
+    say("fault %s %d\n", f->name, fault);
+    sticky = fault;
+  }
   return OK;
 }

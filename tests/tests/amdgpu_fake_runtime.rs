@@ -599,3 +599,71 @@ fn overlapping_device_copies_reach_the_runtime_as_disjoint_ones() {
         .collect();
     assert!(overlapping.is_empty(), "{overlapping:?}");
 }
+
+#[test]
+fn blocks_larger_than_the_kernel_s_max_flat_workgroup_size_are_refused() {
+    // OpenCL C (whose default is 256) and HIP's __launch_bounds__ compile a kernel for fewer
+    // work items than the device allows: the code object's `.max_flat_workgroup_size` is the
+    // limit.
+    let dir = scratch("amdgpu-flat-size");
+    let src = dir.join("bounded.cl");
+    std::fs::write(
+        &src,
+        "__kernel void bounded(int n, __global float *y) {\n\
+           unsigned i = __builtin_amdgcn_workgroup_id_x() * 64 + __builtin_amdgcn_workitem_id_x();\n\
+           if (i < (unsigned)n) y[i] = 1.0f; }\n",
+    )
+    .unwrap();
+    let bc = dir.join("bounded.bc");
+    clang(&[
+        "-O2",
+        "-emit-llvm",
+        "-c",
+        "-x",
+        "cl",
+        "-cl-std=CL2.0",
+        "-target",
+        AMDGCN,
+        "-mcpu=gfx90a",
+        "-nogpulib",
+        src.to_str().unwrap(),
+        "-o",
+        bc.to_str().unwrap(),
+    ]);
+    let image = dir.join("bounded.hsaco");
+    std::fs::write(&image, amdgcn_jit(&bc, "gfx90a", &[], "bounded")).unwrap();
+    for (block, ok) in [
+        ("512", false),
+        ("256", true),
+        ("64,4", true),
+        ("64,8", false),
+    ] {
+        let log = log_file(&format!("bounded-{block}"));
+        let out = with_fake(
+            &[
+                "run",
+                image.to_str().unwrap(),
+                "--kernel",
+                "bounded",
+                "--block",
+                block,
+                "--arg",
+                "i32:16",
+                "--arg",
+                "buf:f32:16",
+            ],
+            &log,
+            &[],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.success(), ok, "block {block}: {err}");
+        let dispatched = log_lines(&log).iter().any(|l| l.starts_with("dispatch"));
+        assert_eq!(dispatched, ok, "block {block}");
+        if !ok {
+            assert!(
+                err.contains("kernel 'bounded' runs at most 256 threads per block (its .max_flat_workgroup_size)"),
+                "{err}"
+            );
+        }
+    }
+}

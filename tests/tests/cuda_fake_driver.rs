@@ -236,14 +236,16 @@ fn every_argument_reaches_the_driver_as_the_kernel_declares_it() {
 
 #[test]
 fn wrong_arguments_are_refused_before_the_driver_sees_them() {
-    let ptx_path = scratch("fake-cuda").join("saxpy.ptx");
+    // PTX and a cubin, with a driver that says each parameter's size and with one too old to
+    // (FAKE_CUDA_NO_PARAM_INFO: the sizes then come from the PTX `.entry` and the cubin's
+    // `.nv.info` records).
+    let dir = scratch("fake-cuda");
     let bc = nvptx_bitcode("saxpy", "sm_90");
-    std::fs::write(
-        &ptx_path,
-        nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "saxpy-fake"),
-    )
-    .unwrap();
-    let p = ptx_path.to_str().unwrap();
+    let ptx = nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "saxpy-fake");
+    let ptx_path = dir.join("saxpy.ptx");
+    std::fs::write(&ptx_path, &ptx).unwrap();
+    let cubin_path = dir.join("saxpy-wrong.cubin");
+    std::fs::write(&cubin_path, ptxas_cubin(&ptx, "sm_90", "saxpy-wrong")).unwrap();
     let cases: [(&[&str], &str); 3] = [
         (
             &["i32:4", "f32:2", "buf:f32:4"],
@@ -258,23 +260,63 @@ fn wrong_arguments_are_refused_before_the_driver_sees_them() {
             "argument 1 is 4 bytes in the kernel; the launch passes f64 (8 bytes)",
         ),
     ];
-    for (i, (specs, want)) in cases.iter().enumerate() {
-        let log = log_file(&format!("wrong-{i}"));
-        let mut args = vec!["run", p, "--kernel", "saxpy", "--device", "cuda:0"];
-        for s in specs.iter() {
-            args.extend(["--arg", s]);
+    for image in [&ptx_path, &cubin_path] {
+        let p = image.to_str().unwrap();
+        for old_driver in [false, true] {
+            let envs: &[(&str, &str)] = if old_driver {
+                &[("FAKE_CUDA_NO_PARAM_INFO", "1")]
+            } else {
+                &[]
+            };
+            for (i, (specs, want)) in cases.iter().enumerate() {
+                let what = format!("{p}, old driver {old_driver}, case {i}");
+                let log = log_file(&format!("wrong-{i}"));
+                let mut args = vec!["run", p, "--kernel", "saxpy", "--device", "cuda:0"];
+                for s in specs.iter() {
+                    args.extend(["--arg", s]);
+                }
+                let out = with_fake(&args, &log, envs);
+                let err = stderr(&out);
+                assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+                assert!(
+                    err.contains(want) && err.contains("kernel 'saxpy'"),
+                    "{what}: {err}"
+                );
+                let lines = log_lines(&log);
+                assert!(
+                    !lines.iter().any(|l| l.starts_with("launch")),
+                    "{what}: {lines:#?}"
+                );
+                assert_contracts_kept(&lines, want);
+            }
         }
-        let out = with_fake(&args, &log, &[]);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(
-            err.contains(want) && err.contains("kernel 'saxpy'"),
-            "{err}"
-        );
-        let lines = log_lines(&log);
-        assert!(!lines.iter().any(|l| l.starts_with("launch")), "{lines:#?}");
-        assert_contracts_kept(&lines, want);
     }
+    // A kernel whose parameters neither the driver nor this reader of its PTX can tell: no
+    // launch, rather than a driver reading past the arguments.
+    let odd = dir.join("odd.ptx");
+    std::fs::write(
+        &odd,
+        ".version 8.0\n.target sm_90\n.address_size 64\n\
+         .visible .entry odd(.param .u32 n, .param .texref t)\n{\n ret;\n}\n",
+    )
+    .unwrap();
+    let log = log_file("odd");
+    let out = with_fake(
+        &[
+            "run",
+            odd.to_str().unwrap(),
+            "--kernel",
+            "odd",
+            "--arg",
+            "i32:1",
+        ],
+        &log,
+        &[("FAKE_CUDA_NO_PARAM_INFO", "1")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot be launched safely"), "{err}");
+    assert!(!log_lines(&log).iter().any(|l| l.starts_with("launch")));
 }
 
 #[test]
@@ -295,10 +337,16 @@ fn every_image_kind_loads_and_launches_through_the_driver() {
         ("saxpy-ptx.fatbin", &fat_ptx, "load ptx"),
         ("saxpy.bc", &std::fs::read(&bc).unwrap(), "load binary"),
     ];
-    for (name, bytes, load) in cases {
+    for ((name, bytes, load), old_driver) in cases.into_iter().flat_map(|c| [(c, false), (c, true)])
+    {
         let path = dir.join(name);
         std::fs::write(&path, bytes).unwrap();
         let log = log_file(name);
+        let envs: &[(&str, &str)] = if old_driver {
+            &[("FAKE_CUDA_NO_PARAM_INFO", "1")]
+        } else {
+            &[]
+        };
         let args = [
             "run",
             path.to_str().unwrap(),
@@ -318,7 +366,7 @@ fn every_image_kind_loads_and_launches_through_the_driver() {
             "--arg",
             "buf:f32:1000:fill=1",
         ];
-        let out = with_fake(&args, &log, &[]);
+        let out = with_fake(&args, &log, envs);
         assert!(out.status.success(), "{name}: {}", stderr(&out));
         let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_eq!(json["device"], "cuda:0", "{name}: routed by the image");
@@ -337,8 +385,9 @@ fn every_image_kind_loads_and_launches_through_the_driver() {
         assert_eq!(launches.len(), 1, "{name}: {lines:#?}");
         let prefix = "launch saxpy grid=4,1,1 block=256,1,1 shared=0 default params=";
         assert!(launches[0].starts_with(prefix), "{name}: {}", launches[0]);
-        if load == "load ptx" {
-            // The fake knows PTX kernels' parameters, so it logs their bytes.
+        {
+            // The fake knows every kernel's parameters, as a driver does (PTX's `.entry`, a
+            // cubin's `.nv.info`), so it logs their bytes.
             let want = [
                 le(&1000i32.to_le_bytes()),
                 le(&2f32.to_le_bytes()),
@@ -578,8 +627,13 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
         .filter(|l| l.starts_with("launch saxpy"))
         .count();
     assert_eq!(launches, 4, "{lines:#?}");
-    assert!(
-        lines.iter().any(|l| l == "attribute saxpy 8 65536"),
+    // Raised once, to the device's opt-in limit (the fake's 227 KiB, less no static memory).
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("attribute saxpy 8 "))
+            .collect::<Vec<_>>(),
+        ["attribute saxpy 8 232448"],
         "{lines:#?}"
     );
     assert!(
@@ -723,4 +777,151 @@ fn kernels_on_two_queues_that_share_a_buffer_run_at_the_same_time() {
         "the two launches did not run at the same time: {lines:#?}"
     );
     assert_contracts_kept(&lines, "rendezvous");
+}
+
+/// `offload run` of saxpy (PTX) on the fake with `envs`, block `block`, `shared` bytes of
+/// dynamic shared memory: the exit code, stderr and the driver's log.
+fn run_saxpy(
+    tag: &str,
+    block: &str,
+    shared: &str,
+    envs: &[(&str, &str)],
+) -> (i32, String, Vec<String>) {
+    let ptx_path = scratch("fake-cuda").join("saxpy-limits.ptx");
+    if !ptx_path.exists() {
+        let bc = nvptx_bitcode("saxpy", "sm_90");
+        std::fs::write(
+            &ptx_path,
+            nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "saxpy-limits"),
+        )
+        .unwrap();
+    }
+    let log = log_file(tag);
+    let out = with_fake(
+        &[
+            "run",
+            ptx_path.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--block",
+            block,
+            "--shared-mem",
+            shared,
+            "--arg",
+            "i32:64",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:64",
+            "--arg",
+            "buf:f32:64",
+        ],
+        &log,
+        envs,
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        stderr(&out),
+        log_lines(&log),
+    )
+}
+
+#[test]
+fn the_kernel_s_own_thread_and_shared_memory_limits_are_checked_with_their_numbers() {
+    // A kernel whose registers allow 256 threads per block: 512 is refused before the
+    // driver, naming both numbers (the driver would fail it with 701).
+    let limits = [("FAKE_CUDA_KERNEL_LIMITS", "saxpy:256:32768")];
+    let (code, err, lines) = run_saxpy("threads", "512", "0", &limits);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("kernel 'saxpy' runs at most 256 threads per block (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK")
+            && err.contains("512x1x1 = 512"),
+        "{err}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("launch")), "{lines:#?}");
+    let (code, err, _) = run_saxpy("threads-ok", "256", "0", &limits);
+    assert_eq!(code, 0, "{err}");
+    // 32 KiB static + 40 KiB dynamic: over the 48 KiB default, within the opt-in limit. The
+    // plugin raises the kernel's attribute (a threshold on the dynamic size alone would not,
+    // and the driver would refuse the launch).
+    let (code, err, lines) = run_saxpy("static-plus-dynamic", "256", "40960", &limits);
+    assert_eq!(code, 0, "{err}\n{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == &format!("attribute saxpy 8 {}", 232448 - 32768)),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("shared=40960")),
+        "{lines:#?}"
+    );
+    // Over the opt-in limit: refused with the sum and the limit.
+    let (code, err, lines) = run_saxpy("too-much", "256", "204800", &limits);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("32768 bytes of static shared memory")
+            && err.contains("237568")
+            && err.contains("at most 232448"),
+        "{err}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("launch")), "{lines:#?}");
+}
+
+#[test]
+fn sticky_and_non_sticky_launch_failures_are_told_apart() {
+    // 701 (out of resources) fails that launch only; its message says what to change, not
+    // to restart.
+    let (code, err, _) = run_saxpy("oor", "64", "0", &[("FAKE_CUDA_FAULT", "saxpy:701")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+            && err.contains("launch smaller blocks")
+            && !err.contains("restart"),
+        "{err}"
+    );
+    // 700 (illegal address) comes with the next synchronisation and poisons the context.
+    let (code, err, lines) = run_saxpy("fault", "64", "0", &[("FAKE_CUDA_FAULT", "saxpy:700")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && err.contains("restart the process"),
+        "{err}"
+    );
+    assert!(lines.iter().any(|l| l == "fault saxpy 700"), "{lines:#?}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn after_a_non_sticky_failure_the_device_still_works() {
+    use offload::LaunchDims;
+    let log = log_file("after-701");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", &log);
+        std::env::set_var("FAKE_CUDA_FAULT", "bad:701");
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let device = rt.device("cuda", 0).unwrap();
+    let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
+               .visible .entry bad(.param .u32 n)\n{\n ret;\n}\n\
+               .visible .entry good(.param .u32 n)\n{\n ret;\n}\n";
+    let program = device.load(ptx.as_bytes()).unwrap();
+    for (name, ok) in [
+        ("bad", false),
+        ("good", true),
+        ("bad", false),
+        ("good", true),
+    ] {
+        let k = program.kernel(name).unwrap();
+        // SAFETY: the kernels take one int and touch no memory.
+        let r = unsafe {
+            k.launch(LaunchDims::linear(1, 32))
+                .arg(1i32)
+                .run_unchecked()
+        };
+        assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
+        let x = device.upload(&[1u32, 2, 3]).unwrap();
+        assert_eq!(x.to_vec().unwrap(), [1, 2, 3], "copies work after {name}");
+    }
 }

@@ -687,29 +687,25 @@ impl DeviceBackend for AmdDevice {
         ))
     }
 
-    fn check_launch(&self, kernel: &Kernel, name: &str, args: &[KernelArg]) -> Result<()> {
+    fn check_launch(
+        &self,
+        kernel: &Kernel,
+        name: &str,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        // The code was compiled for at most this many work items per group (OpenCL's default
+        // is 256, HIP's `__launch_bounds__` sets it): more would run it outside what it assumes.
+        offload_plugin_common::args::check_block(
+            name,
+            dims.block,
+            kernel.meta.max_flat_workgroup_size,
+            "its .max_flat_workgroup_size",
+        )?;
         let explicit: Vec<&metadata::Arg> = kernel.meta.explicit_args().collect();
-        if explicit.len() != args.len() {
-            return Err(Error::InvalidArgument(format!(
-                "kernel '{name}' takes {} argument(s) (of {} bytes); the launch passes {}",
-                explicit.len(),
-                explicit
-                    .iter()
-                    .map(|a| a.size.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                args.len()
-            )));
-        }
+        let sizes: Vec<usize> = explicit.iter().map(|a| a.size as usize).collect();
+        offload_plugin_common::args::check_sizes(name, &sizes, args)?;
         for (i, (param, arg)) in explicit.iter().zip(args).enumerate() {
-            if param.size as usize != arg.size() {
-                return Err(Error::InvalidArgument(format!(
-                    "kernel '{name}' argument {i} is {} bytes in the kernel; the launch passes {} ({} bytes)",
-                    param.size,
-                    arg.type_name(),
-                    arg.size()
-                )));
-            }
             if param.kind == ArgKind::Pointer
                 && !matches!(arg, KernelArg::Ptr(_) | KernelArg::Word(_))
             {

@@ -42,6 +42,52 @@ pub fn check(name: &str, params: &[ParamType], args: &[KernelArg]) -> Result<()>
     Ok(())
 }
 
+/// Refuses a launch whose arguments do not have the sizes a driver reports for the kernel's
+/// parameters (`sizes`, in bytes): the driver reads that many bytes for each.
+pub fn check_sizes(name: &str, sizes: &[usize], args: &[KernelArg]) -> Result<()> {
+    if sizes.len() != args.len() {
+        return Err(Error::InvalidArgument(format!(
+            "kernel '{name}' takes {} argument(s) (of {} bytes); the launch passes {}",
+            sizes.len(),
+            if sizes.is_empty() {
+                "no".to_string()
+            } else {
+                sizes
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            args.len()
+        )));
+    }
+    for (i, (size, arg)) in sizes.iter().zip(args).enumerate() {
+        if *size != arg.size() {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' argument {i} is {size} bytes in the kernel; the launch passes {} \
+                 ({} bytes)",
+                arg.type_name(),
+                arg.size()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a block larger than the kernel itself allows (`limit` threads, as its code was
+/// compiled for: `source` names where the number comes from), with both numbers.
+pub fn check_block(name: &str, block: [u32; 3], limit: u32, source: &str) -> Result<()> {
+    let threads = u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
+    if threads > u64::from(limit) {
+        return Err(Error::InvalidArgument(format!(
+            "kernel '{name}' runs at most {limit} threads per block ({source}); the launch asks \
+             for {}x{}x{} = {threads}",
+            block[0], block[1], block[2]
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -181,11 +181,18 @@ pub trait DeviceBackend: Send + Sync + Sized + 'static {
         program: &Self::Program,
         name: &str,
     ) -> Result<(Self::Kernel, Option<Vec<ParamType>>)>;
-    /// Checks a launch's arguments against what the device itself knows of the kernel's
-    /// parameters (a driver's parameter sizes), beyond the image's signature that the layer
-    /// checks; called before the launch is queued. The default knows nothing more.
-    fn check_launch(&self, kernel: &Self::Kernel, name: &str, args: &[KernelArg]) -> Result<()> {
-        let _ = (kernel, name, args);
+    /// Checks a launch against what the device itself knows of the kernel: its parameters (a
+    /// driver's parameter sizes) beyond the image's signature that the layer checks, and its
+    /// own limits (threads per block, shared memory) beyond the device's; called before the
+    /// launch is queued. The default knows nothing more.
+    fn check_launch(
+        &self,
+        kernel: &Self::Kernel,
+        name: &str,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        let _ = (kernel, name, dims, args);
         Ok(())
     }
     /// Looks up a global variable.
@@ -593,7 +600,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         if let Some(params) = &k.params {
             args::check(&k.name, params, args)?;
         }
-        self.backend.check_launch(&k.kernel, &k.name, args)?;
+        self.backend.check_launch(&k.kernel, &k.name, dims, args)?;
         let mut hold = Hold::default();
         for (i, a) in args.iter().enumerate() {
             let KernelArg::Ptr(p) = a else { continue };

@@ -10,10 +10,11 @@ use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule
 use offload_core::image::ImageKind;
 use offload_core::jit::{JitTarget, ParamType, PostProcess};
 use offload_core::{
-    DeviceInfo, DeviceLimits, DevicePtr, Error, GlobalSymbol, KernelArg, MemoryKind, Result,
+    DeviceInfo, DeviceLimits, DevicePtr, Error, GlobalSymbol, KernelArg, LaunchDims, MemoryKind,
+    Result,
 };
 use offload_jit_client::ptxas::Ptxas;
-use offload_plugin_common::{DeviceBackend, Fit, Op};
+use offload_plugin_common::{DeviceBackend, Fit, Op, args};
 use std::ffi::{CString, c_int, c_void};
 use std::sync::Arc;
 
@@ -21,8 +22,6 @@ use std::sync::Arc;
 const STREAM_NON_BLOCKING: u32 = 1;
 /// `CU_MEM_ATTACH_GLOBAL`
 const MEM_ATTACH_GLOBAL: u32 = 1;
-/// Dynamic shared memory a kernel may use without opting in (`cuFuncSetAttribute`).
-const DEFAULT_MAX_DYNAMIC_SHARED: u32 = 48 << 10;
 /// The newest SM LLVM 19's NVPTX back end knows; newer devices get PTX for it, which ptxas or
 /// the driver turn into code for the device.
 const NEWEST_LLVM_SM: u32 = 90;
@@ -33,6 +32,16 @@ pub struct Module {
     module: CUmodule,
     driver: Arc<Driver>,
     ctx: CUcontext,
+    /// The PTX or cubin it was loaded from, to read parameter sizes from when the driver
+    /// cannot say them; `None` for a compressed fat binary, which only the driver unpacks.
+    source: Option<Source>,
+}
+
+/// What a module was loaded from.
+#[derive(Debug)]
+enum Source {
+    Ptx(Vec<u8>),
+    Cubin(Vec<u8>),
 }
 
 impl Drop for Module {
@@ -46,12 +55,29 @@ impl Drop for Module {
     }
 }
 
-/// A kernel of a module, with the sizes of its parameters when the driver says them
-/// (`cuFuncGetParamInfo`, CUDA 12.4 on).
+/// A kernel of a module, with the sizes of its parameters (from the driver,
+/// `cuFuncGetParamInfo`, CUDA 12.4 on; else from the image) and its own limits.
 #[derive(Debug)]
 pub struct Function {
     f: CUfunction,
+    /// `None`: neither the driver nor the image says; launches are refused.
     param_sizes: Option<Vec<usize>>,
+    /// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`: what its registers allow.
+    max_threads: u32,
+    /// `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`: its static shared memory.
+    static_shared: u32,
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` as it is now; only ever raised (two
+    /// queues launching with different sizes must not lower it under each other).
+    dynamic_limit: std::sync::Mutex<u32>,
+}
+
+impl Function {
+    fn attribute(driver: &Driver, f: CUfunction, attribute: c_int) -> Result<u32> {
+        let mut v: c_int = 0;
+        // SAFETY: a function of a loaded module; live out-pointer.
+        unsafe { driver.cuFuncGetAttribute(&mut v, attribute, f)? };
+        Ok(v.max(0) as u32)
+    }
 }
 
 /// The most parameters a kernel can have (4 KiB of parameter space, or 32 KiB from CUDA 12.1,
@@ -70,7 +96,7 @@ fn param_sizes(driver: &Driver, f: CUfunction) -> Option<Vec<usize>> {
             Err(Error::Driver { code, .. }) if code == i64::from(INVALID_VALUE) => {
                 return Some(sizes);
             }
-            // An older driver, or one that cannot say: launches go unchecked.
+            // An older driver, or one that cannot say: the image may (`params.rs`).
             Err(_) => return None,
         }
     }
@@ -117,6 +143,8 @@ pub struct CudaDevice {
     ctx: CUcontext,
     sm: Sm,
     info: DeviceInfo,
+    /// Shared memory a block may have once its kernel opts in (227 KiB on an H200).
+    shared_optin: u32,
     ptxas: Option<Ptxas>,
 }
 
@@ -176,11 +204,17 @@ impl CudaDevice {
                 warp_size: attr(attribute::WARP_SIZE)?,
             },
         };
+        // Drivers that do not know the opt-in attribute answer 0: the plain limit then.
+        let shared_optin = match attr(attribute::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? {
+            0 => attr(attribute::MAX_SHARED_MEMORY_PER_BLOCK)?,
+            n => n,
+        };
         Ok(CudaDevice {
             driver,
             ctx,
             sm,
             info,
+            shared_optin,
             ptxas,
         })
     }
@@ -190,11 +224,12 @@ impl CudaDevice {
         self.sm
     }
 
-    fn module(&self, module: CUmodule) -> Module {
+    fn module(&self, module: CUmodule, source: Option<Source>) -> Module {
         Module {
             module,
             driver: self.driver.clone(),
             ctx: self.ctx,
+            source,
         }
     }
 
@@ -230,7 +265,7 @@ impl CudaDevice {
             )
         };
         match loaded {
-            Ok(()) => Ok(self.module(module)),
+            Ok(()) => Ok(self.module(module, Some(Source::Ptx(ptx.to_vec())))),
             Err(e) => {
                 let end = error_log
                     .iter()
@@ -255,7 +290,36 @@ impl CudaDevice {
             self.driver
                 .cuModuleLoadData(&mut module, cubin.as_ptr().cast())?
         };
-        Ok(self.module(module))
+        Ok(self.module(module, Some(Source::Cubin(cubin.to_vec()))))
+    }
+
+    /// Raises the kernel's dynamic shared memory limit to the most the device allows when a
+    /// launch needs more than it is now (the default is 48 KiB less the static size): the
+    /// attribute only ever goes up, and is set once.
+    fn allow_dynamic_shared(&self, kernel: &Function, name: &str, bytes: u32) -> Result<()> {
+        let mut limit = kernel
+            .dynamic_limit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if bytes <= *limit {
+            return Ok(());
+        }
+        let most = self.shared_optin.saturating_sub(kernel.static_shared);
+        // SAFETY: a function of a loaded module.
+        unsafe {
+            self.driver.cuFuncSetAttribute(
+                kernel.f,
+                function_attribute::MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                c_int::try_from(most).unwrap_or(c_int::MAX),
+            )
+        }
+        .map_err(|e| {
+            e.context(format!(
+                "'{name}' with {bytes} bytes of dynamic shared memory"
+            ))
+        })?;
+        *limit = most;
+        Ok(())
     }
 
     fn sync(&self, stream: CUstream) -> Result<()> {
@@ -343,7 +407,7 @@ impl DeviceBackend for CudaDevice {
                             self.driver
                                 .cuModuleLoadFatBinary(&mut module, image.as_ptr().cast())?
                         };
-                        Ok(self.module(module))
+                        Ok(self.module(module, None))
                     }
                     (fatbin::EntryKind::Cubin, false) => self.load_cubin(chosen.payload),
                     _ => self.load_ptx(chosen.payload),
@@ -366,35 +430,64 @@ impl DeviceBackend for CudaDevice {
                 .cuModuleGetFunction(&mut f, module.module, c.as_ptr())
         }
         .map_err(|e| Error::NotFound(format!("kernel '{name}' in the module: {}", e.message())))?;
-        let param_sizes = param_sizes(&self.driver, f);
-        Ok((Function { f, param_sizes }, None))
+        let param_sizes = param_sizes(&self.driver, f).or_else(|| match &module.source {
+            Some(Source::Ptx(ptx)) => crate::params::from_ptx(ptx, name),
+            Some(Source::Cubin(cubin)) => crate::params::from_cubin(cubin, name),
+            None => None,
+        });
+        let static_shared =
+            Function::attribute(&self.driver, f, function_attribute::SHARED_SIZE_BYTES)?;
+        Ok((
+            Function {
+                f,
+                param_sizes,
+                max_threads: Function::attribute(
+                    &self.driver,
+                    f,
+                    function_attribute::MAX_THREADS_PER_BLOCK,
+                )?,
+                static_shared,
+                dynamic_limit: std::sync::Mutex::new(Function::attribute(
+                    &self.driver,
+                    f,
+                    function_attribute::MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                )?),
+            },
+            None,
+        ))
     }
 
-    fn check_launch(&self, kernel: &Function, name: &str, args: &[KernelArg]) -> Result<()> {
+    fn check_launch(
+        &self,
+        kernel: &Function,
+        name: &str,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
         let Some(sizes) = &kernel.param_sizes else {
-            return Ok(());
-        };
-        if sizes.len() != args.len() {
-            return Err(Error::InvalidArgument(format!(
-                "kernel '{name}' takes {} argument(s) (of {} bytes); the launch passes {}",
-                sizes.len(),
-                sizes
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                args.len()
+            // The driver reads one value per parameter of the kernel through the pointers it
+            // is given: without the count it could read past them.
+            return Err(Error::Unsupported(format!(
+                "kernel '{name}': this CUDA driver cannot say its parameters (cuFuncGetParamInfo \
+                 needs CUDA 12.4) and its image does not either (a compressed fat binary entry): \
+                 it cannot be launched safely; use a newer driver, or an uncompressed cubin or PTX"
             )));
-        }
-        for (i, (size, arg)) in sizes.iter().zip(args).enumerate() {
-            if *size != arg.size() {
-                return Err(Error::InvalidArgument(format!(
-                    "kernel '{name}' argument {i} is {size} bytes in the kernel; the launch passes \
-                     {} ({} bytes)",
-                    arg.type_name(),
-                    arg.size()
-                )));
-            }
+        };
+        args::check_sizes(name, sizes, args)?;
+        args::check_block(
+            name,
+            dims.block,
+            kernel.max_threads,
+            "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, from its registers",
+        )?;
+        let total = u64::from(kernel.static_shared) + u64::from(dims.shared_mem_bytes);
+        if total > u64::from(self.shared_optin) {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' has {} bytes of static shared memory; with the launch's {} \
+                 bytes of dynamic shared memory that is {total}, and {} allows at most {} per \
+                 block",
+                kernel.static_shared, dims.shared_mem_bytes, self.info.name, self.shared_optin
+            )));
         }
         Ok(())
     }
@@ -509,30 +602,12 @@ impl DeviceBackend for CudaDevice {
                 ..
             } => {
                 // The driver reads each parameter through a pointer to its value, with the size
-                // the kernel declares (checked against the argument's in `check_launch` where the
-                // driver says it): 4 or 8 bytes, little-endian, from these slots.
+                // the kernel declares (the count and each size checked against the arguments in
+                // `check_launch`): 4 or 8 bytes, little-endian, from these slots.
                 let mut slots: Vec<u64> = args.iter().map(|a| a.to_bits().1).collect();
                 let mut params: Vec<*mut c_void> =
                     slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
-                if dims.shared_mem_bytes > DEFAULT_MAX_DYNAMIC_SHARED {
-                    // Above 48 KiB a kernel must opt in; the driver refuses what the device
-                    // cannot give, with its own message.
-                    let bytes = c_int::try_from(dims.shared_mem_bytes).unwrap_or(c_int::MAX);
-                    // SAFETY: a function of a loaded module.
-                    unsafe {
-                        self.driver.cuFuncSetAttribute(
-                            kernel.f,
-                            function_attribute::MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            bytes,
-                        )
-                    }
-                    .map_err(|e| {
-                        e.context(format!(
-                            "'{name}' with {} bytes of dynamic shared memory",
-                            dims.shared_mem_bytes
-                        ))
-                    })?;
-                }
+                self.allow_dynamic_shared(kernel, name, dims.shared_mem_bytes)?;
                 // SAFETY: a function of a module the layer keeps loaded; `params` points into
                 // `slots`, which outlive the call; the shape was checked against the device's
                 // limits by the ABI layer.

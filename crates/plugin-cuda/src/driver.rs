@@ -37,6 +37,16 @@ const NOT_INITIALIZED: c_int = 3;
 const NO_DEVICE: c_int = 100;
 /// `CUDA_ERROR_STUB_LIBRARY`
 pub const STUB_LIBRARY: c_int = 34;
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`: not sticky, the context stays usable.
+pub const LAUNCH_OUT_OF_RESOURCES: c_int = 701;
+
+/// Whether a status leaves the context unusable for the rest of the process ("sticky"): an
+/// illegal address, a trap, a launch that failed or timed out, a hardware error. Other 7xx
+/// statuses (out of resources, peer access, host registration, a cooperative launch too
+/// large) fail only their call.
+pub fn is_sticky(status: c_int) -> bool {
+    matches!(status, 700 | 702 | 710 | 714..=719)
+}
 /// `CUDA_ERROR_INSUFFICIENT_DRIVER`
 const INSUFFICIENT_DRIVER: c_int = 35;
 /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH`
@@ -133,6 +143,8 @@ driver_calls! {
     cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char);
     /// `cuFuncGetParamInfo` (CUDA 12.4 on)
     cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize);
+    /// `cuFuncGetAttribute`
+    cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction);
     /// `cuFuncSetAttribute`
     cuFuncSetAttribute(f: CUfunction, attribute: c_int, value: c_int);
     /// `cuModuleGetGlobal_v2`
@@ -339,9 +351,16 @@ impl Driver {
             )),
             // Faults of a kernel (illegal address, trap, launch failure, ...) leave the context
             // unusable: every later call of the process on this device fails too.
-            700..=720 => Error::DeviceFailure(format!(
+            code if is_sticky(code) => Error::DeviceFailure(format!(
                 "{call}: {detail}; the device's context is now unusable, restart the process"
             )),
+            LAUNCH_OUT_OF_RESOURCES => Error::Driver {
+                code: i64::from(status),
+                message: format!(
+                    "{call} failed: {detail}: the block needs more registers or shared memory \
+                     than a multiprocessor has for this kernel; launch smaller blocks"
+                ),
+            },
             code => Error::Driver {
                 code: i64::from(code),
                 message: format!("{call} failed: {detail}"),
@@ -368,10 +387,16 @@ pub mod attribute {
     pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
     /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`
     pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`
+    pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
 }
 
 /// `CUfunction_attribute` values used.
 pub mod function_attribute {
+    /// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`
+    pub const MAX_THREADS_PER_BLOCK: i32 = 0;
+    /// `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES` (static shared memory)
+    pub const SHARED_SIZE_BYTES: i32 = 1;
     /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`
     pub const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
 }

@@ -18,6 +18,7 @@
 
 pub mod driver;
 pub mod fatbin;
+pub mod params;
 pub mod sm;
 
 mod device;
