@@ -12,8 +12,14 @@
  *     is refused with a compiler log; kernels are found by name; PTX and cubin kernels report
  *     their parameter sizes (cuFuncGetParamInfo; from the `.entry` list and the `.nv.info`
  *     records), unless FAKE_CUDA_NO_PARAM_INFO is set (a driver older than 12.4);
- *   - launches do not run: they are written to the log with their shape and the bytes of every
- *     parameter, read through the pointers the plugin passed, with the sizes the kernel has.
+ *   - work is asynchronous, as on a GPU: copies and kernels run later on a thread of their
+ *     stream, in order (see "streams" below), so a missing wait or memory freed under queued
+ *     work shows ("use-after-free", wrong reads);
+ *   - contexts are per thread and per device: memory, streams, modules and kernels of one
+ *     device used under another's context are refused ("wrong-context");
+ *   - launches are written to the log with their shape and the bytes of every parameter, read
+ *     through the pointers the plugin passed, with the sizes the kernel has; most kernels do
+ *     nothing when they run, saxpy and add_k compute (run_kernel).
  *
  * Environment: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_CC ("9.0"), FAKE_CUDA_MEMORY (bytes
  * that may be allocated at once), FAKE_CUDA_LOG (file the log lines are appended to),
@@ -52,10 +58,13 @@ enum {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
-/* A sticky error (a kernel faulted): every later call that needs the context returns it. */
-static int sticky;
+/* A sticky error per context (a kernel faulted): every later call in it returns it. */
+static int sticky[16];
 static __thread void *current;
 static char contexts[16];
+
+/* The device whose primary context is current on this thread (0..15). */
+static int context_index(void) { return current ? (int)((char *)current - contexts) : 0; }
 
 static void say(const char *fmt, ...) {
   const char *path = getenv("FAKE_CUDA_LOG");
@@ -81,8 +90,8 @@ static void say(const char *fmt, ...) {
       say("no-context %s\n", __func__);                                                          \
       return INVALID_CONTEXT;                                                                    \
     }                                                                                            \
-    if (sticky)                                                                                  \
-      return sticky;                                                                             \
+    if (sticky[context_index()])                                                                 \
+      return sticky[context_index()];                                                            \
   } while (0)
 
 static int device_count(void) {
@@ -207,6 +216,7 @@ struct allocation {
   uintptr_t base;
   size_t size;
   int kind; /* 0 device, 1 host, 2 managed */
+  int ctx;  /* the device it was made on */
 };
 static struct allocation allocations[65536];
 static size_t live_bytes;
@@ -231,7 +241,7 @@ static CUresult allocate(uintptr_t *out, size_t size, int kind) {
     pthread_mutex_unlock(&lock);
     return OUT_OF_MEMORY;
   }
-  allocations[slot] = (struct allocation){(uintptr_t)p, size, kind};
+  allocations[slot] = (struct allocation){(uintptr_t)p, size, kind, context_index()};
   live_bytes += size;
   pthread_mutex_unlock(&lock);
   *out = (uintptr_t)p;
@@ -258,17 +268,23 @@ static CUresult release(uintptr_t p, int kinds) {
   return INVALID_VALUE;
 }
 
-/* Whether [p, p + n) lies inside one live allocation. */
-static int inside(uintptr_t p, size_t n) {
-  int ok = 0;
+/* The live allocation holding [p, p + n): its kind, or -1 (and its context in *ctx). */
+static int find_allocation(uintptr_t p, size_t n, int *ctx) {
+  int kind = -1;
   pthread_mutex_lock(&lock);
-  for (int i = 0; i < 65536 && !ok; ++i)
+  for (int i = 0; i < 65536 && kind < 0; ++i)
     if (allocations[i].base && p >= allocations[i].base &&
-        p + n <= allocations[i].base + allocations[i].size)
-      ok = 1;
+        p + n <= allocations[i].base + allocations[i].size) {
+      kind = allocations[i].kind;
+      if (ctx)
+        *ctx = allocations[i].ctx;
+    }
   pthread_mutex_unlock(&lock);
-  return ok;
+  return kind;
 }
+
+/* Whether [p, p + n) lies inside one live allocation. */
+static int inside(uintptr_t p, size_t n) { return find_allocation(p, n, 0) >= 0; }
 
 CUresult cuMemAlloc_v2(uintptr_t *p, size_t n) { return allocate(p, n, 0); }
 CUresult cuMemAllocHost_v2(void **p, size_t n) { return allocate((uintptr_t *)p, n, 1); }
@@ -296,46 +312,217 @@ static void engine_copy(unsigned char *dst, const unsigned char *src, size_t n) 
   memcpy(dst, src, n);
 }
 
+/* ---- streams: work runs later, on a thread of its stream, in the stream's order --------- *
+ *
+ * As on a GPU, a call that enqueues work returns before the work is done: copies and kernels
+ * run on the stream's own thread after FAKE_CUDA_DELAY_US (default 20) microseconds each, and
+ * cuStreamSynchronize waits for them. A copy from pageable host memory is staged at the call
+ * (the source may be reused at once); a copy to pageable memory waits for the stream and
+ * completes before the call returns; pinned memory (cuMemAllocHost, managed) is read and
+ * written when the work runs. Work whose memory was freed before it ran is reported
+ * ("use-after-free") instead of run. The NULL stream of each context is a stream like the
+ * others. */
+
+struct op {
+  struct op *next;
+  int kernel; /* 0 copy, 1 kernel */
+  char what[8];
+  uintptr_t dst, src;
+  size_t n;
+  int dst_device, src_device;
+  void *staging;
+  struct function *f;
+  unsigned long threads;
+  unsigned char args[256]; /* the first parameters' bytes, for kernels the fake runs */
+  int ctx;
+};
+
+struct stream {
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  struct op *head, *tail;
+  int stop;
+  int started;
+  pthread_t thread;
+  int ctx;
+  int is_default;
+};
+
+static struct stream default_streams[16];
+
+static void run_kernel(struct op *o);
+
+static void run_op(struct op *o) {
+  if (o->kernel) {
+    run_kernel(o);
+    return;
+  }
+  const unsigned char *src = o->staging ? o->staging : (const unsigned char *)o->src;
+  if ((o->dst_device && !inside(o->dst, o->n)) || (o->src_device && !o->staging && !inside(o->src, o->n))) {
+    say("use-after-free copy %s 0x%lx 0x%lx %zu\n", o->what, (unsigned long)o->dst,
+        (unsigned long)o->src, o->n);
+    return;
+  }
+  engine_copy((unsigned char *)o->dst, src, o->n);
+}
+
+static void *stream_worker(void *arg) {
+  struct stream *s = arg;
+  const char *e = getenv("FAKE_CUDA_DELAY_US");
+  long delay = e ? atol(e) : 20;
+  pthread_mutex_lock(&s->m);
+  for (;;) {
+    while (!s->head && !s->stop)
+      pthread_cond_wait(&s->cv, &s->m);
+    if (!s->head)
+      break;
+    struct op *o = s->head;
+    pthread_mutex_unlock(&s->m);
+    if (delay > 0) {
+      struct timespec t = {delay / 1000000, (delay % 1000000) * 1000};
+      nanosleep(&t, 0);
+    }
+    if (!sticky[o->ctx])
+      run_op(o);
+    free(o->staging);
+    pthread_mutex_lock(&s->m);
+    s->head = o->next;
+    if (!s->head)
+      s->tail = 0;
+    free(o);
+    pthread_cond_broadcast(&s->cv);
+  }
+  pthread_mutex_unlock(&s->m);
+  return 0;
+}
+
+static void stream_init(struct stream *s, int ctx) {
+  pthread_mutex_init(&s->m, 0);
+  pthread_cond_init(&s->cv, 0);
+  s->ctx = ctx;
+  s->started = 1;
+  pthread_create(&s->thread, 0, stream_worker, s);
+}
+
+/* The stream a call names (NULL: the context's default stream), or 0 if it belongs to another
+ * context ("wrong-context"). */
+static struct stream *stream_of(void *handle, const char *call) {
+  int ctx = context_index();
+  struct stream *s = handle;
+  if (!s) {
+    pthread_mutex_lock(&lock);
+    s = &default_streams[ctx];
+    if (!s->started) {
+      s->is_default = 1;
+      stream_init(s, ctx);
+    }
+    pthread_mutex_unlock(&lock);
+  }
+  if (s->ctx != ctx) {
+    say("wrong-context %s stream of device %d under device %d\n", call, s->ctx, ctx);
+    return 0;
+  }
+  return s;
+}
+
+static void enqueue(struct stream *s, struct op *o) {
+  o->ctx = s->ctx;
+  pthread_mutex_lock(&s->m);
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
+  s->tail = o;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->m);
+}
+
+static void drain(struct stream *s) {
+  pthread_mutex_lock(&s->m);
+  while (s->head)
+    pthread_cond_wait(&s->cv, &s->m);
+  pthread_mutex_unlock(&s->m);
+}
+
+/* A device side of a copy: inside an allocation of the current context. */
+static int device_side_ok(const char *what, uintptr_t p, size_t n) {
+  int ctx = -1;
+  if (find_allocation(p, n, &ctx) < 0)
+    return 0;
+  if (ctx != context_index()) {
+    say("wrong-context copy %s memory of device %d under device %d\n", what, ctx, context_index());
+    return 0;
+  }
+  return 1;
+}
+
 static CUresult copy(const char *what, uintptr_t dst, int dst_device, uintptr_t src,
-                     int src_device, size_t n) {
+                     int src_device, size_t n, void *stream) {
   NEED_CONTEXT;
-  if ((dst_device && !inside(dst, n)) || (src_device && !inside(src, n))) {
+  struct stream *s = stream_of(stream, what);
+  if (!s)
+    return INVALID_CONTEXT;
+  if ((dst_device && !device_side_ok(what, dst, n)) || (src_device && !device_side_ok(what, src, n))) {
     say("bad-copy %s 0x%lx 0x%lx %zu\n", what, (unsigned long)dst, (unsigned long)src, n);
     return INVALID_VALUE;
   }
-  engine_copy((unsigned char *)dst, (const unsigned char *)src, n);
+  struct op *o = calloc(1, sizeof *o);
+  snprintf(o->what, sizeof o->what, "%s", what);
+  o->dst = dst;
+  o->src = src;
+  o->n = n;
+  o->dst_device = dst_device;
+  o->src_device = src_device;
+  int pageable_src = !src_device && find_allocation(src, n, 0) < 0;
+  int pageable_dst = !dst_device && find_allocation(dst, n, 0) < 0;
+  if (pageable_src) {
+    o->staging = malloc(n ? n : 1);
+    memcpy(o->staging, (const void *)src, n);
+  }
+  enqueue(s, o);
+  if (pageable_dst)
+    drain(s);
   say("copy %s %zu\n", what, n);
-  return OK;
+  return sticky[context_index()];
 }
 
 CUresult cuMemcpyHtoDAsync_v2(uintptr_t dst, const void *src, size_t n, void *stream) {
-  (void)stream;
-  return copy("htod", dst, 1, (uintptr_t)src, 0, n);
+  return copy("htod", dst, 1, (uintptr_t)src, 0, n, stream);
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, uintptr_t src, size_t n, void *stream) {
-  (void)stream;
-  return copy("dtoh", (uintptr_t)dst, 0, src, 1, n);
+  return copy("dtoh", (uintptr_t)dst, 0, src, 1, n, stream);
 }
 CUresult cuMemcpyDtoDAsync_v2(uintptr_t dst, uintptr_t src, size_t n, void *stream) {
-  (void)stream;
-  return copy("dtod", dst, 1, src, 1, n);
+  return copy("dtod", dst, 1, src, 1, n, stream);
 }
 
-/* ---- streams ----------------------------------------------------------------------------- */
-
-CUresult cuStreamCreate(void **s, unsigned flags) {
+CUresult cuStreamCreate(void **out, unsigned flags) {
   NEED_CONTEXT;
-  *s = malloc(1);
+  struct stream *s = calloc(1, sizeof *s);
+  stream_init(s, context_index());
+  *out = s;
   say("stream-create %u\n", flags);
   return OK;
 }
-CUresult cuStreamSynchronize(void *s) {
-  (void)s;
+CUresult cuStreamSynchronize(void *handle) {
   NEED_CONTEXT;
-  return OK;
+  struct stream *s = stream_of(handle, "cuStreamSynchronize");
+  if (!s)
+    return INVALID_CONTEXT;
+  drain(s);
+  return sticky[context_index()];
 }
-CUresult cuStreamDestroy_v2(void *s) {
+CUresult cuStreamDestroy_v2(void *handle) {
   NEED_CONTEXT;
+  struct stream *s = stream_of(handle, "cuStreamDestroy");
+  if (!s || s->is_default)
+    return INVALID_HANDLE;
+  /* The driver lets queued work finish; the fake waits for it, then ends the thread. */
+  pthread_mutex_lock(&s->m);
+  s->stop = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->m);
+  pthread_join(s->thread, 0);
   free(s);
   say("stream-destroy\n");
   return OK;
@@ -347,6 +534,7 @@ struct module {
   char *bytes;
   size_t len;
   int ptx;
+  int ctx;
   /* Globals looked up so far: device memory holding their initial bytes, freed at unload. */
   int nglobals;
   char global_names[16][256];
@@ -362,6 +550,7 @@ struct function {
   int max_threads;   /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK */
   int static_shared; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
   int dynamic_limit; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+  int ctx;
 };
 
 /* FAKE_CUDA_KERNEL_LIMITS="name:threads:static_shared,...": what a kernel's registers and
@@ -434,6 +623,7 @@ static CUresult load(void **out, const void *image, char *log, size_t log_size) 
   m->bytes[len] = 0;
   m->len = len;
   m->ptx = ptx;
+  m->ctx = context_index();
   *out = m;
   say("load %s %zu\n", ptx ? "ptx" : "binary", len);
   return OK;
@@ -560,8 +750,14 @@ CUresult cuModuleGetFunction(void **out, void *m, const char *name) {
                                                  mod->bytes[i + n] == '(');
   if (!found || n >= 256)
     return NOT_FOUND;
+  if (mod->ctx != context_index()) {
+    say("wrong-context cuModuleGetFunction module of device %d under device %d\n", mod->ctx,
+        context_index());
+    return INVALID_CONTEXT;
+  }
   struct function *f = calloc(1, sizeof *f);
   memcpy(f->name, name, n + 1);
+  f->ctx = mod->ctx;
   kernel_limits(f);
   if (mod->ptx)
     ptx_params(mod->bytes, f);
@@ -720,23 +916,87 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     say("launch-refused %s status=%d\n", f->name, fault);
     return fault;
   }
+  if (f->ctx != context_index()) {
+    say("wrong-context cuLaunchKernel kernel of device %d under device %d\n", f->ctx, context_index());
+    return INVALID_CONTEXT;
+  }
+  struct stream *s = stream_of(stream, "cuLaunchKernel");
+  if (!s)
+    return INVALID_CONTEXT;
   char line[8192];
   int at = snprintf(line, sizeof line, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u %s params=",
                     f->name, gx, gy, gz, bx, by, bz, shared, stream ? "stream" : "default");
   int count = f->known ? f->count : 0;
+  struct op *o = calloc(1, sizeof *o);
+  size_t packed = 0;
   for (int i = 0; i < count && at < (int)sizeof line - 40; ++i) {
     const unsigned char *v = params[i];
     if (i)
       line[at++] = ',';
     for (size_t b = 0; b < f->sizes[i] && at < (int)sizeof line - 40; ++b)
       at += snprintf(line + at, sizeof line - (size_t)at, "%02x", v[b]);
+    /* The values, as the driver copies them at the call, packed at their natural alignment. */
+    packed = (packed + f->sizes[i] - 1) / f->sizes[i] * f->sizes[i];
+    if (packed + f->sizes[i] <= sizeof o->args)
+      memcpy(o->args + packed, v, f->sizes[i]);
+    packed += f->sizes[i];
   }
   say("%s\n", line);
+  o->kernel = 1;
+  o->f = f;
+  o->threads = (unsigned long)gx * gy * gz * bx * by * bz;
+  enqueue(s, o);
+  return OK;
+}
+
+/* Kernels run on their stream's thread. Most do nothing here (the fake has no GPU); saxpy
+ * (int n, float a, const float *x, float *y) and add_k (int n, unsigned k, unsigned *x) run as
+ * their C sources in kernels/ say, so queued work can be checked by its results; one that touches memory outside an allocation is a fault (700), as
+ * is FAKE_CUDA_FAULT=name:700; rendezvous kernels wait for each other. */
+static void run_kernel(struct op *o) {
+  struct function *f = o->f;
   if (!strncmp(f->name, "rendezvous", 10))
     rendezvous();
-  if (fault == ILLEGAL_ADDRESS) {
-    say("fault %s %d\n", f->name, fault);
-    sticky = fault;
+  if (injected_fault(f->name) == ILLEGAL_ADDRESS) {
+    say("fault %s %d\n", f->name, ILLEGAL_ADDRESS);
+    sticky[o->ctx] = ILLEGAL_ADDRESS;
+    return;
   }
-  return OK;
+  if (!strcmp(f->name, "add_k") && f->known && f->count == 3) {
+    int n;
+    unsigned k;
+    uint64_t x;
+    memcpy(&n, o->args, 4);
+    memcpy(&k, o->args + 4, 4);
+    memcpy(&x, o->args + 8, 8);
+    unsigned long count = n < 0 ? 0 : (unsigned long)n;
+    if (count > o->threads)
+      count = o->threads;
+    if (count && !inside(x, count * 4)) {
+      say("fault add_k outside memory\n");
+      sticky[o->ctx] = ILLEGAL_ADDRESS;
+      return;
+    }
+    for (unsigned long i = 0; i < count; ++i)
+      ((unsigned *)x)[i] += k;
+  }
+  if (!strcmp(f->name, "saxpy") && f->known && f->count == 4) {
+    int n;
+    float a;
+    uint64_t x, y;
+    memcpy(&n, o->args, 4);
+    memcpy(&a, o->args + 4, 4);
+    memcpy(&x, o->args + 8, 8);
+    memcpy(&y, o->args + 16, 8);
+    unsigned long count = n < 0 ? 0 : (unsigned long)n;
+    if (count > o->threads)
+      count = o->threads;
+    if (count && (!inside(x, count * 4) || !inside(y, count * 4))) {
+      say("fault saxpy outside memory\n");
+      sticky[o->ctx] = ILLEGAL_ADDRESS;
+      return;
+    }
+    for (unsigned long i = 0; i < count; ++i)
+      ((float *)y)[i] = a * ((const float *)x)[i] + ((float *)y)[i];
+  }
 }

@@ -925,3 +925,49 @@ fn after_a_non_sticky_failure_the_device_still_works() {
         assert_eq!(x.to_vec().unwrap(), [1, 2, 3], "copies work after {name}");
     }
 }
+
+#[test]
+fn random_queued_work_on_several_threads_and_devices_matches_the_model() {
+    // The fake runs add_k, later, on each stream's thread: a missing wait, a copy out of
+    // order or memory freed under queued work shows as a wrong read. Two devices at once,
+    // each used from several threads: the fake refuses (and logs) any call made under the
+    // other device's context.
+    let log = log_file("random-queued");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", &log);
+        std::env::set_var("FAKE_CUDA_DEVICES", "2");
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let ptx = nvptx_jit(
+        &nvptx_bitcode("add_k", "sm_90"),
+        "sm_90",
+        &["--emit-ptx"],
+        "add_k",
+    );
+    std::thread::scope(|s| {
+        for d in 0..2 {
+            let (rt, ptx) = (&rt, &ptx);
+            s.spawn(move || {
+                let device = rt.device("cuda", d).unwrap();
+                let program = device.load(ptx).unwrap();
+                let add = program.kernel("add_k").unwrap();
+                check_random_queued_work(&device, &add, 0xc0da + d as u64);
+            });
+        }
+    });
+    let lines = log_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("launch add_k"))
+            .count()
+            > 100
+    );
+    for bad in ["wrong-context", "use-after-free", "fault"] {
+        let hits: Vec<&String> = lines.iter().filter(|l| l.starts_with(bad)).collect();
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+    assert_contracts_kept(&lines, "random queued work");
+}
