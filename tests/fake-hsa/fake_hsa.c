@@ -12,8 +12,15 @@
  *   - a dispatch packet must be published with a valid header, in a reserved slot, before the
  *     doorbell is rung ("bad-packet");
  *   - kernels are found by their descriptor symbol (`name.kd`) in the code object's bytes.
- * Dispatches do not run: each is logged with its shape, its segment sizes and every byte of its
- * kernel arguments, then its completion signal is decremented. */
+ *   - work is asynchronous: a queue's packets run on its own thread and copies on a DMA thread,
+ *     later than they were submitted, each completion signal decremented when done, so a
+ *     missing wait or memory freed under queued work shows ("use-after-free", wrong reads);
+ *   - memory the runtime allocated cannot be locked ("lock-of-hsa-memory", as ROCr);
+ *   - faults as ROCr reports them: FAKE_HSA_FAULT=name:memory calls the system event handlers
+ *     and aborts the process unless one returns success; name:queue calls the queue's error
+ *     callback; more than 64 KiB of LDS is a queue error; a stopped queue completes nothing.
+ * Each dispatch is logged with its shape, its segment sizes and every byte of its kernel
+ * arguments; most kernels then do nothing, add_k computes (run_dispatch). */
 
 #include <hsa.h>
 #include <hsa_ext_amd.h>
@@ -23,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
@@ -44,7 +52,7 @@ static void say(const char *fmt, ...) {
 }
 
 enum { CPU = 1, GPU = 2 };
-enum { POOL_DEVICE = 11, POOL_HOST = 12, POOL_KERNARG = 13 };
+enum { POOL_DEVICE = 11, POOL_HOST = 12, POOL_KERNARG = 13, POOL_GROUP = 14 };
 #define ISA_HANDLE 21
 
 /* ---- status strings --------------------------------------------------------------------- */
@@ -159,9 +167,10 @@ hsa_status_t hsa_isa_get_info_alt(hsa_isa_t i, hsa_isa_info_t attribute, void *v
 
 hsa_status_t hsa_amd_agent_iterate_memory_pools(hsa_agent_t agent, hsa_status_t (*cb)(hsa_amd_memory_pool_t, void *), void *data) {
   NEED_INIT;
-  hsa_amd_memory_pool_t pools[2];
+  hsa_amd_memory_pool_t pools[3];
   int n = 0;
   if (agent.handle == GPU) {
+    pools[n++].handle = POOL_GROUP;
     pools[n++].handle = POOL_DEVICE;
   } else {
     pools[n++].handle = POOL_HOST;
@@ -179,6 +188,15 @@ hsa_status_t hsa_amd_agent_iterate_memory_pools(hsa_agent_t agent, hsa_status_t 
 
 hsa_status_t hsa_amd_memory_pool_get_info(hsa_amd_memory_pool_t pool, hsa_amd_memory_pool_info_t attribute, void *value) {
   NEED_INIT;
+  if (pool.handle == POOL_GROUP) {
+    /* The LDS of a work-group: 64 KiB, not for allocation. */
+    switch ((int)attribute) {
+    case HSA_AMD_MEMORY_POOL_INFO_SEGMENT: *(hsa_amd_segment_t *)value = HSA_AMD_SEGMENT_GROUP; return HSA_STATUS_SUCCESS;
+    case HSA_AMD_MEMORY_POOL_INFO_SIZE: *(size_t *)value = 65536; return HSA_STATUS_SUCCESS;
+    case HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED: *(bool *)value = false; return HSA_STATUS_SUCCESS;
+    default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+  }
   switch ((int)attribute) {
   case HSA_AMD_MEMORY_POOL_INFO_SEGMENT: *(hsa_amd_segment_t *)value = HSA_AMD_SEGMENT_GLOBAL; break;
   case HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS:
@@ -275,12 +293,48 @@ hsa_status_t hsa_amd_memory_lock(void *host, size_t size, hsa_agent_t *agents, i
   (void)agents, (void)n;
   NEED_INIT;
   pthread_mutex_lock(&lock);
+  struct allocation *hsa = find((uintptr_t)host, size ? size : 1);
+  if (hsa && !hsa->locked) {
+    /* Memory the runtime allocated cannot be locked (ROCR-Runtime #66). */
+    pthread_mutex_unlock(&lock);
+    say("lock-of-hsa-memory 0x%lx\n", (unsigned long)(uintptr_t)host);
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  }
   struct allocation *a = track((uintptr_t)host, size, POOL_HOST, 1);
   if (a)
     a->gpu_access = 1;
   pthread_mutex_unlock(&lock);
   *agent_ptr = host;
   return a ? HSA_STATUS_SUCCESS : HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+}
+
+hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info, void *(*alloc)(size_t), uint32_t *num_agents, hsa_agent_t **accessible) {
+  (void)alloc;
+  NEED_INIT;
+  if (!info || info->size < sizeof(uint32_t) * 2)
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  uint32_t size = info->size < sizeof *info ? info->size : (uint32_t)sizeof *info;
+  hsa_amd_pointer_info_t out;
+  memset(&out, 0, sizeof out);
+  out.size = size;
+  pthread_mutex_lock(&lock);
+  struct allocation *a = find((uintptr_t)ptr, 1);
+  if (a) {
+    out.type = a->locked ? HSA_EXT_POINTER_TYPE_LOCKED : HSA_EXT_POINTER_TYPE_HSA;
+    out.agentBaseAddress = (void *)a->base;
+    out.hostBaseAddress = (void *)a->base;
+    out.sizeInBytes = a->size;
+    out.agentOwner.handle = a->pool == POOL_DEVICE ? GPU : CPU;
+  } else {
+    out.type = HSA_EXT_POINTER_TYPE_UNKNOWN;
+  }
+  pthread_mutex_unlock(&lock);
+  memcpy(info, &out, size);
+  if (num_agents)
+    *num_agents = 0;
+  if (accessible)
+    *accessible = 0;
+  return HSA_STATUS_SUCCESS;
 }
 
 hsa_status_t hsa_amd_memory_unlock(void *host) {
@@ -297,12 +351,27 @@ hsa_status_t hsa_amd_memory_unlock(void *host) {
   return HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }
 
-/* ---- signals ------------------------------------------------------------------------------ */
+/* ---- signals ------------------------------------------------------------------------------ *
+ * Work completes later, on other threads (a queue's packet processor, the DMA engine), as on a
+ * GPU: a wait blocks until the value meets the condition or the timeout hint passes (the fake's
+ * timestamps are nanoseconds). A signal waited on for a minute in all is a hang: said, and the
+ * process stopped. */
+
+static pthread_mutex_t signal_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t signal_changed = PTHREAD_COND_INITIALIZER;
 
 struct signal {
   _Atomic int64_t value;
   struct queue *doorbell_of;
+  uint64_t waited_ns;
 };
+
+static void signal_add(struct signal *s, int64_t delta) {
+  pthread_mutex_lock(&signal_lock);
+  atomic_fetch_add(&s->value, delta);
+  pthread_cond_broadcast(&signal_changed);
+  pthread_mutex_unlock(&signal_lock);
+}
 
 hsa_status_t hsa_signal_create(hsa_signal_value_t initial, uint32_t n, const hsa_agent_t *consumers, hsa_signal_t *signal) {
   (void)n, (void)consumers;
@@ -321,19 +390,51 @@ hsa_status_t hsa_signal_destroy(hsa_signal_t signal) {
   return HSA_STATUS_SUCCESS;
 }
 
+static int met(hsa_signal_value_t v, hsa_signal_condition_t cond, hsa_signal_value_t compare) {
+  switch (cond) {
+  case HSA_SIGNAL_CONDITION_LT: return v < compare;
+  case HSA_SIGNAL_CONDITION_EQ: return v == compare;
+  case HSA_SIGNAL_CONDITION_NE: return v != compare;
+  case HSA_SIGNAL_CONDITION_GTE: return v >= compare;
+  default: return 1;
+  }
+}
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t signal, hsa_signal_condition_t cond, hsa_signal_value_t compare, uint64_t timeout, hsa_wait_state_t state) {
-  (void)timeout, (void)state;
+  (void)state;
   struct signal *s = (struct signal *)(uintptr_t)signal.handle;
-  /* Work completes synchronously here: the value is final. A wait that would never end is a
-     plugin that rang no doorbell or published no packet: say so and stop the test process. */
-  hsa_signal_value_t v = atomic_load(&s->value);
-  int met = cond == HSA_SIGNAL_CONDITION_LT ? v < compare : cond == HSA_SIGNAL_CONDITION_EQ ? v == compare : 1;
-  if (!met) {
-    say("hang: waiting for a signal at %ld that nothing will change\n", (long)v);
+  uint64_t start = now_ns(), limit = timeout < (uint64_t)60e9 ? timeout : (uint64_t)60e9;
+  pthread_mutex_lock(&signal_lock);
+  hsa_signal_value_t v;
+  while (!met(v = atomic_load(&s->value), cond, compare)) {
+    uint64_t waited = now_ns() - start;
+    if (waited >= limit)
+      break;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t step = limit - waited < 10000000 ? limit - waited : 10000000;
+    until.tv_nsec += (long)step;
+    until.tv_sec += until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    pthread_cond_timedwait(&signal_changed, &signal_lock, &until);
+  }
+  s->waited_ns += now_ns() - start;
+  uint64_t total = s->waited_ns;
+  pthread_mutex_unlock(&signal_lock);
+  if (!met(v, cond, compare) && total >= (uint64_t)60e9) {
+    say("hang: waited a minute for a signal at %ld that nothing changes\n", (long)v);
     abort();
   }
   return v;
 }
+
+uint64_t hsa_system_get_info_timestamp_frequency(void) { return 1000000000u; }
 
 /* ---- queues ------------------------------------------------------------------------------- */
 
@@ -342,6 +443,11 @@ struct queue {
   _Atomic uint64_t write_index;
   _Atomic uint64_t read_index;
   struct signal doorbell;
+  void (*callback)(hsa_status_t, hsa_queue_t *, void *);
+  void *data;
+  pthread_t thread;
+  int stop;
+  int inactive; /* an error stopped it */
 };
 
 struct code_object {
@@ -351,10 +457,134 @@ struct code_object {
 
 struct kernel_symbol {
   char name[256];
+  uint64_t address; /* variables: their memory, made at lookup */
+  uint32_t size;
 };
 
-static void process(struct queue *q, uint64_t upto) {
-  while (atomic_load(&q->read_index) <= upto) {
+/* System event handlers (hsa_amd_register_system_event_handler). */
+static hsa_status_t (*event_handlers[8])(const hsa_amd_event_t *, void *);
+static void *event_data[8];
+static int event_handler_count;
+
+hsa_status_t hsa_amd_register_system_event_handler(hsa_amd_system_event_callback_t cb, void *data) {
+  NEED_INIT;
+  pthread_mutex_lock(&lock);
+  if (event_handler_count == 8) {
+    pthread_mutex_unlock(&lock);
+    return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  }
+  event_handlers[event_handler_count] = cb;
+  event_data[event_handler_count++] = data;
+  pthread_mutex_unlock(&lock);
+  return HSA_STATUS_SUCCESS;
+}
+
+/* A GPU memory fault at `address`, as ROCr reports one: to every system event handler, and
+ * the process aborts unless one of them returns success (ROCr's VMFaultHandler). */
+static void memory_fault(uint64_t address) {
+  hsa_amd_event_t e;
+  memset(&e, 0, sizeof e);
+  e.event_type = HSA_AMD_GPU_MEMORY_FAULT_EVENT;
+  e.memory_fault.agent.handle = GPU;
+  e.memory_fault.virtual_address = address;
+  e.memory_fault.fault_reason_mask = HSA_AMD_MEMORY_FAULT_PAGE_NOT_PRESENT;
+  int handled = 0;
+  for (int i = 0; i < event_handler_count; ++i)
+    if (event_handlers[i](&e, event_data[i]) == HSA_STATUS_SUCCESS)
+      handled = 1;
+  say("memory-fault 0x%lx %s\n", (unsigned long)address, handled ? "handled" : "unhandled");
+  if (!handled) {
+    fprintf(stderr, "Memory access fault by GPU node-1 (Agent handle: 0x2) on address 0x%lx. Reason: Page not present or supervisor privilege.\n", (unsigned long)address);
+    abort();
+  }
+}
+
+/* FAKE_HSA_FAULT="name:memory" (a memory fault) or "name:queue" (a queue error, as a trap
+ * raises): what a dispatch of kernel `name` does. */
+static const char *injected_fault(const char *name) {
+  const char *e = getenv("FAKE_HSA_FAULT");
+  size_t n = strlen(name);
+  if (e && !strncmp(e, name, n) && e[n] == ':')
+    return e + n + 1;
+  return "";
+}
+
+static void queue_error(struct queue *q, hsa_status_t status) {
+  q->inactive = 1;
+  say("queue-error %#x\n", (unsigned)status);
+  if (q->callback)
+    q->callback(status, &q->q, q->data);
+}
+
+/* Runs one dispatch: most kernels do nothing here (no GPU); add_k (int n, unsigned k,
+ * unsigned *x at kernarg offsets 0, 4, 8) computes as kernels/add_k.c says, so queued work is
+ * checked by its results. */
+static void run_dispatch(struct queue *q, hsa_kernel_dispatch_packet_t *p, const char *name) {
+  const char *fault = injected_fault(name);
+  if (!strcmp(fault, "memory")) {
+    q->inactive = 1;
+    memory_fault(0xdead0000);
+    return;
+  }
+  if (!strcmp(fault, "queue")) {
+    queue_error(q, HSA_STATUS_ERROR_EXCEPTION);
+    return;
+  }
+  if (p->group_segment_size > 65536) {
+    /* More LDS than a work-group can have: the packet processor refuses it. */
+    queue_error(q, HSA_STATUS_ERROR_INVALID_ALLOCATION);
+    return;
+  }
+  if (!strcmp(name, "add_k")) {
+    const unsigned char *a = (const unsigned char *)(uintptr_t)p->kernarg_address;
+    int n;
+    unsigned k;
+    uint64_t x;
+    memcpy(&n, a, 4);
+    memcpy(&k, a + 4, 4);
+    memcpy(&x, a + 8, 8);
+    uint64_t threads = (uint64_t)p->grid_size_x * p->grid_size_y * p->grid_size_z;
+    uint64_t count = n < 0 ? 0 : (uint64_t)n;
+    if (count > threads)
+      count = threads;
+    pthread_mutex_lock(&lock);
+    int ok = !count || find((uintptr_t)x, count * 4);
+    pthread_mutex_unlock(&lock);
+    if (!ok) {
+      q->inactive = 1;
+      memory_fault(x);
+      return;
+    }
+    for (uint64_t i = 0; i < count; ++i)
+      ((unsigned *)(uintptr_t)x)[i] += k;
+  }
+}
+
+static long delay_us(void) {
+  const char *e = getenv("FAKE_HSA_DELAY_US");
+  return e ? atol(e) : 20;
+}
+
+static void pause_a_little(void) {
+  long d = delay_us();
+  if (d > 0) {
+    struct timespec t = {d / 1000000, (d % 1000000) * 1000};
+    nanosleep(&t, 0);
+  }
+}
+
+/* The packet processor: a thread per queue that runs packets up to the doorbell's value,
+ * later than the doorbell was rung, and decrements each completion signal when done. */
+static void *processor(void *arg) {
+  struct queue *q = arg;
+  for (;;) {
+    pthread_mutex_lock(&signal_lock);
+    while (!q->stop && (int64_t)atomic_load(&q->read_index) > atomic_load(&q->doorbell.value))
+      pthread_cond_wait(&signal_changed, &signal_lock);
+    int stop = q->stop;
+    pthread_mutex_unlock(&signal_lock);
+    if (stop)
+      return 0;
     uint64_t index = atomic_load(&q->read_index);
     hsa_kernel_dispatch_packet_t *p = (hsa_kernel_dispatch_packet_t *)q->q.base_address + (index % q->q.size);
     uint16_t type = (p->header >> HSA_PACKET_HEADER_TYPE) & 0xff;
@@ -363,13 +593,15 @@ static void process(struct queue *q, uint64_t upto) {
       atomic_store(&q->read_index, index + 1);
       continue;
     }
+    pause_a_little();
     struct kernel_symbol *k = (struct kernel_symbol *)(uintptr_t)p->kernel_object;
     pthread_mutex_lock(&lock);
     struct allocation *args = find((uintptr_t)p->kernarg_address, 1);
     int access = args && args->gpu_access;
     size_t size = args ? args->size : 0;
+    uint64_t pool = args ? args->pool : 0;
     pthread_mutex_unlock(&lock);
-    if (!args || args->pool != POOL_KERNARG)
+    if (!args || pool != POOL_KERNARG)
       say("bad-packet kernarg 0x%lx is not a kernarg allocation\n", (unsigned long)p->kernarg_address);
     if (!access)
       say("no-access kernarg 0x%lx\n", (unsigned long)p->kernarg_address);
@@ -378,18 +610,29 @@ static void process(struct queue *q, uint64_t upto) {
                       k ? k->name : "?", p->setup & 3, p->grid_size_x, p->grid_size_y, p->grid_size_z,
                       p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z, p->group_segment_size,
                       p->private_segment_size, (p->header >> HSA_PACKET_HEADER_BARRIER) & 1 ? "barrier" : "nobarrier");
-    for (size_t b = 0; b < size && at < (int)sizeof line - 4; ++b)
+    for (size_t b = 0; args && b < size && at < (int)sizeof line - 4; ++b)
       at += snprintf(line + at, sizeof line - (size_t)at, "%02x", ((unsigned char *)(uintptr_t)p->kernarg_address)[b]);
     say("%s\n", line);
+    if (!q->inactive && k)
+      run_dispatch(q, p, k->name);
+    if (q->inactive) {
+      /* A queue stopped by an error runs nothing more and completes nothing. */
+      pthread_mutex_lock(&signal_lock);
+      while (!q->stop)
+        pthread_cond_wait(&signal_changed, &signal_lock);
+      pthread_mutex_unlock(&signal_lock);
+      return 0;
+    }
+    hsa_signal_t done = p->completion_signal;
     p->header = HSA_PACKET_TYPE_INVALID;
     atomic_store(&q->read_index, index + 1);
-    if (p->completion_signal.handle)
-      atomic_fetch_sub(&((struct signal *)(uintptr_t)p->completion_signal.handle)->value, 1);
+    if (done.handle)
+      signal_add((struct signal *)(uintptr_t)done.handle, -1);
   }
 }
 
 hsa_status_t hsa_queue_create(hsa_agent_t agent, uint32_t size, hsa_queue_type32_t type, void (*callback)(hsa_status_t, hsa_queue_t *, void *), void *data, uint32_t private_size, uint32_t group_size, hsa_queue_t **out) {
-  (void)type, (void)callback, (void)data, (void)private_size, (void)group_size;
+  (void)type, (void)private_size, (void)group_size;
   NEED_INIT;
   if (agent.handle != GPU || size == 0 || (size & (size - 1)))
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
@@ -399,7 +642,11 @@ hsa_status_t hsa_queue_create(hsa_agent_t agent, uint32_t size, hsa_queue_type32
     ((hsa_kernel_dispatch_packet_t *)q->q.base_address)[i].header = HSA_PACKET_TYPE_INVALID;
   q->q.size = size;
   q->doorbell.doorbell_of = q;
+  atomic_store(&q->doorbell.value, -1);
   q->q.doorbell_signal.handle = (uint64_t)(uintptr_t)&q->doorbell;
+  q->callback = callback;
+  q->data = data;
+  pthread_create(&q->thread, 0, processor, q);
   *out = &q->q;
   say("queue-create %u\n", size);
   return HSA_STATUS_SUCCESS;
@@ -408,6 +655,11 @@ hsa_status_t hsa_queue_create(hsa_agent_t agent, uint32_t size, hsa_queue_type32
 hsa_status_t hsa_queue_destroy(hsa_queue_t *queue) {
   NEED_INIT;
   struct queue *q = (struct queue *)queue;
+  pthread_mutex_lock(&signal_lock);
+  q->stop = 1;
+  pthread_cond_broadcast(&signal_changed);
+  pthread_mutex_unlock(&signal_lock);
+  pthread_join(q->thread, 0);
   free(q->q.base_address);
   free(q);
   say("queue-destroy\n");
@@ -424,13 +676,14 @@ uint64_t hsa_queue_load_read_index_scacquire(const hsa_queue_t *queue) {
 
 void hsa_signal_store_relaxed(hsa_signal_t signal, hsa_signal_value_t value) {
   struct signal *s = (struct signal *)(uintptr_t)signal.handle;
-  atomic_store(&s->value, value);
-  if (s->doorbell_of) {
-    if ((uint64_t)value >= atomic_load(&s->doorbell_of->write_index))
-      say("bad-packet doorbell %ld beyond the reserved slots\n", (long)value);
-    else
-      process(s->doorbell_of, (uint64_t)value);
+  if (s->doorbell_of && (uint64_t)value >= atomic_load(&s->doorbell_of->write_index)) {
+    say("bad-packet doorbell %ld beyond the reserved slots\n", (long)value);
+    return;
   }
+  pthread_mutex_lock(&signal_lock);
+  atomic_store(&s->value, value);
+  pthread_cond_broadcast(&signal_changed);
+  pthread_mutex_unlock(&signal_lock);
 }
 
 void hsa_signal_store_screlease(hsa_signal_t signal, hsa_signal_value_t value) { hsa_signal_store_relaxed(signal, value); }
@@ -454,6 +707,45 @@ static void engine_copy(unsigned char *dst, const unsigned char *src, size_t n) 
   memcpy(dst, src, n);
 }
 
+/* The DMA engine: one thread that runs copies in the order they were asked for, later. */
+struct dma {
+  struct dma *next;
+  void *dst;
+  const void *src;
+  size_t size;
+  struct signal *done;
+};
+static struct dma *dma_head, *dma_tail;
+static pthread_mutex_t dma_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dma_cv = PTHREAD_COND_INITIALIZER;
+static int dma_started;
+static pthread_t dma_thread;
+
+static void *dma_engine(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&dma_lock);
+    while (!dma_head)
+      pthread_cond_wait(&dma_cv, &dma_lock);
+    struct dma *d = dma_head;
+    dma_head = d->next;
+    if (!dma_head)
+      dma_tail = 0;
+    pthread_mutex_unlock(&dma_lock);
+    pause_a_little();
+    pthread_mutex_lock(&lock);
+    int ok = find((uintptr_t)d->dst, d->size) && find((uintptr_t)d->src, d->size);
+    pthread_mutex_unlock(&lock);
+    if (ok)
+      engine_copy(d->dst, d->src, d->size);
+    else
+      say("use-after-free copy 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)d->dst, (unsigned long)(uintptr_t)d->src, d->size);
+    signal_add(d->done, -1);
+    free(d);
+  }
+  return 0;
+}
+
 hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const void *src, hsa_agent_t src_agent, size_t size, uint32_t n, const hsa_signal_t *deps, hsa_signal_t completion) {
   (void)dst_agent, (void)src_agent, (void)n, (void)deps;
   NEED_INIT;
@@ -464,9 +756,24 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
     say("bad-copy 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)dst, (unsigned long)(uintptr_t)src, size);
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   }
-  engine_copy(dst, src, size);
+  struct dma *d = calloc(1, sizeof *d);
+  d->dst = dst;
+  d->src = src;
+  d->size = size;
+  d->done = (struct signal *)(uintptr_t)completion.handle;
+  pthread_mutex_lock(&dma_lock);
+  if (!dma_started) {
+    dma_started = 1;
+    pthread_create(&dma_thread, 0, dma_engine, 0);
+  }
+  if (dma_tail)
+    dma_tail->next = d;
+  else
+    dma_head = d;
+  dma_tail = d;
+  pthread_cond_signal(&dma_cv);
+  pthread_mutex_unlock(&dma_lock);
   say("copy %zu\n", size);
-  atomic_fetch_sub(&((struct signal *)(uintptr_t)completion.handle)->value, 1);
   return HSA_STATUS_SUCCESS;
 }
 
@@ -530,12 +837,84 @@ hsa_status_t hsa_executable_destroy(hsa_executable_t executable) {
   return HSA_STATUS_SUCCESS;
 }
 
+/* A defined data symbol `name` of the code object's ELF symbol table: its bytes in the file
+ * (file offset and size), or 0. */
+static int elf_variable(const unsigned char *elf, size_t len, const char *name, uint64_t *at, uint64_t *size) {
+  uint64_t shoff;
+  uint16_t shentsize, shnum;
+  if (len < 64)
+    return 0;
+  memcpy(&shoff, elf + 40, 8);
+  memcpy(&shentsize, elf + 58, 2);
+  memcpy(&shnum, elf + 60, 2);
+  if (shentsize < 64 || shoff + (uint64_t)shnum * shentsize > len)
+    return 0;
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const unsigned char *h = elf + shoff + (uint64_t)i * shentsize;
+    uint32_t type, link;
+    uint64_t off, sz, entsize;
+    memcpy(&type, h + 4, 4);
+    memcpy(&off, h + 24, 8);
+    memcpy(&sz, h + 32, 8);
+    memcpy(&link, h + 40, 4);
+    memcpy(&entsize, h + 56, 8);
+    if ((type != 2 && type != 11) || entsize < 24 || off + sz > len || link >= shnum)
+      continue;
+    const unsigned char *strh = elf + shoff + (uint64_t)link * shentsize;
+    uint64_t stroff, strsz;
+    memcpy(&stroff, strh + 24, 8);
+    memcpy(&strsz, strh + 32, 8);
+    if (stroff + strsz > len)
+      continue;
+    for (uint64_t e = 0; e + 24 <= sz; e += entsize) {
+      const unsigned char *sym = elf + off + e;
+      uint32_t nm;
+      uint16_t shndx;
+      uint64_t value, ssize;
+      memcpy(&nm, sym, 4);
+      memcpy(&shndx, sym + 6, 2);
+      memcpy(&value, sym + 8, 8);
+      memcpy(&ssize, sym + 16, 8);
+      if ((sym[4] & 0xf) != 1 /* STT_OBJECT */ || nm >= strsz || shndx == 0 || shndx >= shnum ||
+          strncmp((const char *)elf + stroff + nm, name, strsz - nm))
+        continue;
+      const unsigned char *sec = elf + shoff + (uint64_t)shndx * shentsize;
+      uint64_t saddr, soff;
+      memcpy(&saddr, sec + 16, 8);
+      memcpy(&soff, sec + 24, 8);
+      if (value < saddr || soff + (value - saddr) + ssize > len)
+        return 0;
+      *at = soff + (value - saddr);
+      *size = ssize;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 hsa_status_t hsa_executable_get_symbol_by_name(hsa_executable_t executable, const char *name, const hsa_agent_t *agent, hsa_executable_symbol_t *symbol) {
   (void)agent;
   NEED_INIT;
   struct executable *e = (struct executable *)(uintptr_t)executable.handle;
   if (!e->frozen || !e->code)
     return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+  uint64_t at, size;
+  if (!strstr(name, ".kd") && elf_variable(e->code->bytes, e->code->size, name, &at, &size) && size > 0 && size < (1 << 20)) {
+    /* A global variable: device memory holding its initial bytes, for the executable's life
+     * (freed with the process here). */
+    void *mem = calloc(1, size);
+    memcpy(mem, e->code->bytes + at, size);
+    pthread_mutex_lock(&lock);
+    track((uintptr_t)mem, size, POOL_DEVICE, 0);
+    pthread_mutex_unlock(&lock);
+    struct kernel_symbol *k = calloc(1, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->address = (uint64_t)(uintptr_t)mem;
+    k->size = (uint32_t)size;
+    say("global %s %lu\n", name, (unsigned long)size);
+    symbol->handle = (uint64_t)(uintptr_t)k;
+    return HSA_STATUS_SUCCESS;
+  }
   size_t n = strlen(name) + 1; /* with the NUL of the string table */
   for (size_t i = 0; n < 256 && i + n <= e->code->size; ++i)
     if (!memcmp(e->code->bytes + i, name, n) && (i == 0 || !e->code->bytes[i - 1])) {
@@ -554,6 +933,8 @@ hsa_status_t hsa_executable_symbol_get_info(hsa_executable_symbol_t symbol, hsa_
   NEED_INIT;
   switch ((int)attribute) {
   case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT: *(uint64_t *)value = symbol.handle; break;
+  case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS: *(uint64_t *)value = ((struct kernel_symbol *)(uintptr_t)symbol.handle)->address; break;
+  case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE: *(uint32_t *)value = ((struct kernel_symbol *)(uintptr_t)symbol.handle)->size; break;
   case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE:
   case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE:
   case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE: *(uint32_t *)value = 0; break;

@@ -667,3 +667,243 @@ fn blocks_larger_than_the_kernel_s_max_flat_workgroup_size_are_refused() {
         }
     }
 }
+
+/// An OpenCL C source compiled for gfx90a through the JIT: the code object's path.
+fn opencl_code_object(tag: &str, source: &str) -> std::path::PathBuf {
+    let dir = scratch(&format!("amdgpu-cl-{tag}"));
+    let src = dir.join(format!("{tag}.cl"));
+    std::fs::write(&src, source).unwrap();
+    let bc = dir.join(format!("{tag}.bc"));
+    clang(&[
+        "-O2",
+        "-emit-llvm",
+        "-c",
+        "-x",
+        "cl",
+        "-cl-std=CL2.0",
+        "-target",
+        AMDGCN,
+        "-mcpu=gfx90a",
+        "-nogpulib",
+        src.to_str().unwrap(),
+        "-o",
+        bc.to_str().unwrap(),
+    ]);
+    let image = dir.join(format!("{tag}.hsaco"));
+    std::fs::write(&image, amdgcn_jit(&bc, "gfx90a", &[], tag)).unwrap();
+    image
+}
+
+#[test]
+fn a_gpu_memory_fault_fails_its_launch_instead_of_ending_the_process() {
+    // ROCr aborts the process on a memory fault unless a system event handler handles it
+    // (the fake does the same): the plugin's handler turns it into an error of the launch.
+    let image = amdgcn_jit(&amdgcn_bitcode("saxpy", "gfx90a"), "gfx90a", &[], "fault");
+    let path = scratch("amdgpu-fault").join("saxpy.hsaco");
+    std::fs::write(&path, image).unwrap();
+    let log = log_file("memory-fault");
+    let out = with_fake(
+        &[
+            "run",
+            path.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--block",
+            "64",
+            "--arg",
+            "i32:64",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:64",
+            "--arg",
+            "buf:f32:64",
+        ],
+        &log,
+        &[("FAKE_HSA_FAULT", "saxpy:memory")],
+    );
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the process must not be killed: {err}"
+    );
+    assert!(
+        err.contains("memory access fault by the GPU at address 0xdead0000 (page not present")
+            && err.contains("restart the process"),
+        "{err}"
+    );
+    assert!(
+        log_lines(&log)
+            .iter()
+            .any(|l| l == "memory-fault 0xdead0000 handled")
+    );
+    // A queue error (a trap): the launch fails naming the queue's status.
+    let log = log_file("queue-error");
+    let out = with_fake(
+        &[
+            "run",
+            path.to_str().unwrap(),
+            "--kernel",
+            "saxpy",
+            "--block",
+            "64",
+            "--arg",
+            "i32:64",
+            "--arg",
+            "f32:2",
+            "--arg",
+            "buf:f32:64",
+            "--arg",
+            "buf:f32:64",
+        ],
+        &log,
+        &[("FAKE_HSA_FAULT", "saxpy:queue")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("kernel 'saxpy'") && err.contains("queue"),
+        "{err}"
+    );
+}
+
+#[test]
+fn copies_from_and_to_runtime_allocated_host_memory_do_not_lock_it() {
+    // ROCr cannot lock memory it allocated itself (pinned host and shared memory): such a
+    // host side is used where it is.
+    let log = log_file("hsa-host-memory");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
+        std::env::set_var("FAKE_HSA_LOG", &log);
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let device = rt.device("amdgpu", 0).unwrap();
+    let mut pinned = device.alloc_host::<u32>(1024).unwrap();
+    for (i, v) in pinned.as_mut_slice().unwrap().iter_mut().enumerate() {
+        *v = i as u32 * 3;
+    }
+    let dbuf = device.alloc::<u32>(1024).unwrap();
+    dbuf.write(pinned.as_slice().unwrap()).unwrap();
+    let mut back = device.alloc_shared::<u32>(1024).unwrap();
+    dbuf.read(back.as_mut_slice().unwrap()).unwrap();
+    assert_eq!(back.as_slice().unwrap(), pinned.as_slice().unwrap());
+    // Pageable memory is still locked for the copy.
+    let v: Vec<u32> = (0..1024).collect();
+    dbuf.write(&v).unwrap();
+    assert_eq!(dbuf.to_vec().unwrap(), v);
+    drop((pinned, back, dbuf));
+    let lines = log_lines(&log);
+    assert!(
+        !lines.iter().any(|l| l.starts_with("lock-of-hsa-memory")),
+        "{lines:#?}"
+    );
+    assert_contracts_kept(&lines, "host memory copies");
+}
+
+#[test]
+fn local_pointer_arguments_get_lds_of_the_size_the_launch_passes() {
+    let image = opencl_code_object(
+        "lds",
+        "__kernel void lds(int n, __local float *tmp, __global float *y) {\n\
+           unsigned i = __builtin_amdgcn_workitem_id_x();\n\
+           tmp[i] = (float)i;\n\
+           __builtin_amdgcn_s_barrier();\n\
+           if (i < (unsigned)n) y[i] = tmp[n - 1 - i]; }\n",
+    );
+    let run = |tag: &str, tmp: &str, shared: &str| {
+        let log = log_file(tag);
+        let out = with_fake(
+            &[
+                "run",
+                image.to_str().unwrap(),
+                "--kernel",
+                "lds",
+                "--block",
+                "64",
+                "--shared-mem",
+                shared,
+                "--arg",
+                "i32:64",
+                "--arg",
+                tmp,
+                "--arg",
+                "buf:f32:64",
+            ],
+            &log,
+            &[],
+        );
+        (out, log_lines(&log))
+    };
+    // 256 bytes for `tmp` after 100 bytes of dynamic shared memory: its offset is 100 rounded
+    // up to the argument's 4-byte alignment, and the work-group has 356 bytes of LDS.
+    let (out, lines) = run("lds-ok", "u32:256", "100");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dispatch = lines
+        .iter()
+        .find(|l| l.starts_with("dispatch lds"))
+        .expect("dispatched");
+    assert!(dispatch.contains("group=356 "), "{dispatch}");
+    let kernarg = dispatch.split("kernarg=").nth(1).unwrap();
+    // n at 0 (64), tmp's LDS offset at 4 (100), y at 8.
+    assert_eq!(
+        &kernarg[..16],
+        format!("{}{}", le(&64u32.to_le_bytes()), le(&100u32.to_le_bytes())),
+        "{dispatch}"
+    );
+    // A device pointer where the kernel takes a __local pointer: refused, saying what to pass.
+    let (out, lines) = run("lds-ptr", "buf:f32:64", "0");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("argument 1 is a pointer to LDS the launch sizes") && err.contains("u32"),
+        "{err}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("dispatch")));
+    // More LDS than a work-group has: refused with the numbers, before the runtime.
+    let (out, lines) = run("lds-too-much", "u32:8192", "60000");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("needs 68192 bytes of LDS per work-group") && err.contains("has 65536"),
+        "{err}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("dispatch")));
+}
+
+fn le(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn random_queued_work_on_several_threads_matches_the_model() {
+    // As on the fake CUDA driver: add_k runs later, on the queue's thread; copies on the DMA
+    // engine's. A missing wait or an early free shows as a wrong read.
+    let log = log_file("random-queued");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
+        std::env::set_var("FAKE_HSA_LOG", &log);
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let device = rt.device("amdgpu", 0).unwrap();
+    let image = amdgcn_jit(&amdgcn_bitcode("add_k", "gfx90a"), "gfx90a", &[], "add_k");
+    let program = device.load(&image).unwrap();
+    let add = program.kernel("add_k").unwrap();
+    check_random_queued_work(&device, &add, 0xa3d);
+    drop((add, program));
+    let lines = log_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("dispatch add_k"))
+            .count()
+            > 100
+    );
+    for bad in ["use-after-free", "memory-fault", "queue-error"] {
+        let hits: Vec<&String> = lines.iter().filter(|l| l.starts_with(bad)).collect();
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+    assert_contracts_kept(&lines, "random queued work");
+}

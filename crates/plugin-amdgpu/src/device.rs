@@ -2,8 +2,10 @@
 //!
 //! Memory comes from the agent's coarse-grained global pool (device memory) and the CPU's
 //! fine-grained pool (pinned host and shared memory); kernel arguments from the CPU's kernarg
-//! pool. Copies lock the host range for the agent and use the agent's DMA engines
-//! (`hsa_amd_memory_async_copy`). A queue of the layer owns an HSA queue; work without a queue
+//! pool. Copies use the agent's DMA engines (`hsa_amd_memory_async_copy`), with their host side
+//! locked for the agent unless the runtime allocated or locked it already. A GPU memory fault
+//! is recorded by the plugin's system event handler and fails the device's work from then on,
+//! instead of ending the process. A queue of the layer owns an HSA queue; work without a queue
 //! runs on a queue of the device's own. Each operation waits for its completion signal, so memory
 //! the layer keeps alive for an operation is never freed while the GPU still uses it.
 
@@ -26,9 +28,80 @@ use std::sync::{Arc, Mutex};
 
 /// Packets in each HSA queue (each operation waits for its own, so few are ever in flight).
 const QUEUE_PACKETS: u32 = 256;
-/// How long one wait on a signal blocks before the queue's error flag is looked at (a hint to
-/// the runtime, in its timestamp units; the loop does not depend on it).
-const WAIT_HINT: u64 = 1 << 30;
+/// How long one wait on a signal blocks before the queue's error flag and the device's faults
+/// are looked at again (a hint to the runtime, in its timestamp units: about 1 ms at 1 GHz,
+/// 10 ms at 100 MHz; the loop does not depend on it). A failed GPU is seen that soon.
+const WAIT_HINT: u64 = 1 << 20;
+/// Scratch added per work item for kernels with a dynamic stack (`.uses_dynamic_stack`:
+/// recursion, calls through pointers), as HIP's default stack limit.
+const DYNAMIC_STACK: u32 = 1024;
+/// LDS per work-group when the runtime lists no group-segment pool (gfx9 to gfx11).
+const DEFAULT_LDS: u32 = 64 << 10;
+/// `HSA_STATUS_ERROR`
+const HSA_ERROR: c_int = 0x1000;
+
+/// GPU memory faults the runtime reported through its system event handler, by agent. ROCr
+/// ends the process on a memory fault unless a handler says it handled it; this one records
+/// it, so the launch that faulted (and every later operation of that device) fails with it.
+static FAULTS: Mutex<Vec<(Handle, String)>> = Mutex::new(Vec::new());
+
+/// The system event handler (`hsa_amd_register_system_event_handler`).
+unsafe extern "C" fn system_event(event: *const hsa::SystemEvent, _data: *mut c_void) -> c_int {
+    if event.is_null() {
+        return HSA_ERROR;
+    }
+    // SAFETY: the runtime passes a live event; only the memory-fault layout is read, and only
+    // for that event type.
+    let e = unsafe { &*event };
+    if e.event_type != hsa::MEMORY_FAULT_EVENT {
+        return HSA_ERROR;
+    }
+    let reasons: Vec<&str> = [
+        (1u32, "page not present or supervisor privilege"),
+        (1 << 1, "write to a read-only page"),
+        (1 << 2, "execution of a page marked NX"),
+        (1 << 3, "a host-only page"),
+        (1 << 4, "DRAM ECC failure"),
+        (1 << 5, "imprecise address"),
+        (1 << 6, "SRAM ECC failure"),
+        (1 << 31, "GPU reset after a hang"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| e.fault_reason_mask & bit != 0)
+    .map(|(_, why)| why)
+    .collect();
+    let text = format!(
+        "memory access fault by the GPU at address {:#x} ({})",
+        e.virtual_address,
+        if reasons.is_empty() {
+            "no reason given".to_string()
+        } else {
+            reasons.join(", ")
+        }
+    );
+    FAULTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((e.agent, text));
+    hsa::SUCCESS
+}
+
+/// Installs the system event handler (once per process).
+pub fn handle_memory_faults(hsa: &Hsa) -> Result<()> {
+    static DONE: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        // SAFETY: a plain extern "C" handler that uses no data; it lives for the process.
+        unsafe { hsa.hsa_amd_register_system_event_handler(system_event, std::ptr::null_mut()) }
+            .map_err(|e| e.message().to_string())
+    })
+    .clone()
+    .map_err(|e| {
+        Error::DeviceFailure(format!(
+            "the HSA runtime would end the process on a GPU memory fault: its system event \
+             handler cannot be installed ({e})"
+        ))
+    })
+}
 
 /// The memory pools of a GPU agent and the CPU agent next to it.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +114,8 @@ pub struct Pools {
     pub host: Handle,
     /// The CPU pool kernel arguments are allocated from.
     pub kernarg: Handle,
+    /// LDS bytes a work-group may have (the GPU's group-segment pool).
+    pub lds: u32,
 }
 
 /// An HSA queue, with the error its callback recorded.
@@ -270,6 +345,9 @@ impl AmdDevice {
             if v < 1 {
                 return Ok(());
             }
+            if let Some(e) = self.fault() {
+                return Err(e.context(what.to_string()));
+            }
             if let Some(e) = queue.and_then(HsaQueue::failed) {
                 return Err(e.context(what.to_string()));
             }
@@ -303,13 +381,39 @@ impl AmdDevice {
         self.wait(&signal, None, "copy")
     }
 
-    /// Runs `f` with `host..host+len` locked for the agent; `f` gets the agent's address of it.
+    /// Runs `f` with `host..host+len` reachable by the agent; `f` gets the agent's address of
+    /// it. Memory the runtime allocated (pinned host and shared memory) or already locked is
+    /// used where it is (the runtime refuses to lock it again); other memory is locked for the
+    /// copy.
     fn with_locked<T>(
         &self,
         host: *mut c_void,
         len: usize,
         f: impl FnOnce(*mut c_void) -> Result<T>,
     ) -> Result<T> {
+        let mut info = hsa::PointerInfo::default();
+        // SAFETY: a live out-structure with its size set; no agent list is asked for.
+        let known = unsafe {
+            self.hsa.hsa_amd_pointer_info(
+                host,
+                &mut info,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if known.is_ok()
+            && matches!(
+                info.kind,
+                hsa::pointer_type::HSA | hsa::pointer_type::LOCKED
+            )
+            && !info.agent_base.is_null()
+            && (host as usize) >= (info.host_base as usize)
+            && (host as usize) + len <= (info.host_base as usize) + info.size_in_bytes
+        {
+            let offset = host as usize - info.host_base as usize;
+            return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast());
+        }
         let mut agent = self.agent;
         let mut agent_ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: `host` is valid for `len` bytes (the copy's contract); unlocked below.
@@ -323,8 +427,38 @@ impl AmdDevice {
         out
     }
 
+    /// The memory fault the runtime reported for this device, if any: the GPU's state is lost.
+    fn fault(&self) -> Option<Error> {
+        let faults = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, text) = faults.iter().find(|(agent, _)| *agent == self.agent)?;
+        Some(Error::DeviceFailure(format!(
+            "{} on {}: the device's work is lost; restart the process",
+            text, self.info.name
+        )))
+    }
+
+    /// Where each `dynamic_shared_pointer` argument's LDS starts (after the kernel's static LDS
+    /// and the launch's dynamic shared memory, each aligned as the metadata says), by explicit
+    /// argument index, and the work-group's LDS in all.
+    fn lds_layout(k: &Kernel, dims: &LaunchDims, args: &[KernelArg]) -> (Vec<(usize, u64)>, u64) {
+        let mut at = u64::from(k.group_segment_size.max(k.meta.group_segment_fixed_size))
+            + u64::from(dims.shared_mem_bytes);
+        let mut offsets = Vec::new();
+        for (i, (param, arg)) in k.meta.explicit_args().zip(args).enumerate() {
+            if let ArgKind::DynamicShared { align } = param.kind {
+                at = at.div_ceil(u64::from(align)) * u64::from(align);
+                offsets.push((i, at));
+                at += arg.integer().map_or(0, |v| u64::try_from(v).unwrap_or(0));
+            }
+        }
+        (offsets, at)
+    }
+
     /// Writes one dispatch packet to `queue`, rings its doorbell and waits for it.
     fn dispatch(&self, queue: &HsaQueue, packet: DispatchPacket, name: &str) -> Result<()> {
+        if let Some(e) = self.fault() {
+            return Err(e);
+        }
         if let Some(e) = queue.failed() {
             return Err(e);
         }
@@ -374,8 +508,14 @@ impl AmdDevice {
             let n = (size as usize).min(8);
             bytes[at..at + n].copy_from_slice(&value.to_le_bytes()[..n]);
         };
-        for (arg, value) in meta.explicit_args().zip(args) {
-            put(arg.offset, arg.size, value.to_bits().1);
+        let (lds, _) = Self::lds_layout(k, dims, args);
+        for (i, (arg, value)) in meta.explicit_args().zip(args).enumerate() {
+            // An LDS argument gets its offset in the work-group's LDS, not the size passed.
+            let bits = match lds.iter().find(|(j, _)| *j == i) {
+                Some((_, offset)) => *offset,
+                None => value.to_bits().1,
+            };
+            put(arg.offset, arg.size, bits);
         }
         for arg in &meta.args {
             let ArgKind::Hidden(kind) = &arg.kind else {
@@ -458,6 +598,7 @@ pub fn find_pools(hsa: &Hsa, gpu: Handle, cpu: Handle) -> Result<Option<Pools>> 
         device: Option<(Handle, u64)>,
         host: Option<Handle>,
         kernarg: Option<Handle>,
+        lds: Option<u32>,
         hsa: usize,
     }
     unsafe extern "C" fn visit(pool: Handle, data: *mut c_void) -> c_int {
@@ -470,8 +611,14 @@ pub fn find_pools(hsa: &Hsa, gpu: Handle, cpu: Handle) -> Result<Option<Pools>> 
             unsafe { hsa.hsa_amd_memory_pool_get_info(pool, attr, out) }.is_ok()
         };
         let (mut segment, mut flags, mut size, mut alloc) = (u32::MAX, 0u32, 0usize, false);
-        if !get(pool_info::SEGMENT, (&mut segment as *mut u32).cast())
-            || segment != pool_info::SEGMENT_GLOBAL
+        if get(pool_info::SEGMENT, (&mut segment as *mut u32).cast())
+            && segment == pool_info::SEGMENT_GROUP
+        {
+            get(pool_info::SIZE, (&mut size as *mut usize).cast());
+            found.lds = u32::try_from(size).ok().filter(|n| *n > 0);
+            return hsa::SUCCESS;
+        }
+        if segment != pool_info::SEGMENT_GLOBAL
             || !get(pool_info::GLOBAL_FLAGS, (&mut flags as *mut u32).cast())
             || !get(
                 pool_info::RUNTIME_ALLOC_ALLOWED,
@@ -513,6 +660,7 @@ pub fn find_pools(hsa: &Hsa, gpu: Handle, cpu: Handle) -> Result<Option<Pools>> 
                 device_bytes,
                 host,
                 kernarg,
+                lds: gpu_found.lds.unwrap_or(DEFAULT_LDS),
             }),
             _ => None,
         },
@@ -704,8 +852,16 @@ impl DeviceBackend for AmdDevice {
         )?;
         let explicit: Vec<&metadata::Arg> = kernel.meta.explicit_args().collect();
         let sizes: Vec<usize> = explicit.iter().map(|a| a.size as usize).collect();
-        offload_plugin_common::args::check_sizes(name, &sizes, args)?;
         for (i, (param, arg)) in explicit.iter().zip(args).enumerate() {
+            if matches!(param.kind, ArgKind::DynamicShared { .. })
+                && arg.integer().is_none_or(|v| v < 0)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel '{name}' argument {i} is a pointer to LDS the launch sizes (a \
+                     __local pointer): pass its size in bytes as a u32; the launch passes {}",
+                    arg.type_name()
+                )));
+            }
             if param.kind == ArgKind::Pointer
                 && !matches!(arg, KernelArg::Ptr(_) | KernelArg::Word(_))
             {
@@ -715,6 +871,20 @@ impl DeviceBackend for AmdDevice {
                     arg.type_name()
                 )));
             }
+        }
+        offload_plugin_common::args::check_sizes(name, &sizes, args)?;
+        let (_, lds) = Self::lds_layout(kernel, dims, args);
+        if lds > u64::from(self.pools.lds) {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' needs {lds} bytes of LDS per work-group ({} static, {} of the \
+                 launch's dynamic shared memory, and its __local arguments); {} has {}",
+                kernel
+                    .group_segment_size
+                    .max(kernel.meta.group_segment_fixed_size),
+                dims.shared_mem_bytes,
+                self.info.name,
+                self.pools.lds
+            )));
         }
         Ok(())
     }
@@ -793,6 +963,9 @@ impl DeviceBackend for AmdDevice {
     }
 
     fn execute(&self, op: Op<'_, Self>, stream: Option<&HsaQueue>) -> Result<()> {
+        if let Some(e) = self.fault() {
+            return Err(e);
+        }
         match op {
             Op::CopyToDevice { dst, src, len } => self.with_locked(src.0.cast(), len, |host| {
                 self.dma(dst.0 as *mut c_void, self.agent, host, self.cpu, len)
@@ -876,11 +1049,17 @@ impl DeviceBackend for AmdDevice {
                                 grid_size: grid,
                                 private_segment_size: kernel
                                     .private_segment_size
-                                    .max(kernel.meta.private_segment_fixed_size),
-                                group_segment_size: kernel
-                                    .group_segment_size
-                                    .max(kernel.meta.group_segment_fixed_size)
-                                    .saturating_add(dims.shared_mem_bytes),
+                                    .max(kernel.meta.private_segment_fixed_size)
+                                    .saturating_add(if kernel.meta.uses_dynamic_stack {
+                                        DYNAMIC_STACK
+                                    } else {
+                                        0
+                                    }),
+                                // Checked against the device's LDS in `check_launch`.
+                                group_segment_size: u32::try_from(
+                                    Self::lds_layout(kernel, &dims, args).1,
+                                )
+                                .unwrap_or(u32::MAX),
                                 kernel_object: kernel.object,
                                 kernarg_address: area as u64,
                                 ..DispatchPacket::default()

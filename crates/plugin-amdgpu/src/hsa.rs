@@ -216,7 +216,77 @@ hsa_calls! {
     hsa_executable_get_symbol_by_name(executable: Handle, name: *const c_char, agent: *const Handle, symbol: *mut Handle) -> status;
     /// `hsa_executable_symbol_get_info`
     hsa_executable_symbol_get_info(symbol: Handle, attribute: c_int, value: *mut c_void) -> status;
+    /// `hsa_amd_register_system_event_handler`
+    hsa_amd_register_system_event_handler(callback: SystemEventFn, data: *mut c_void) -> status;
+    /// `hsa_amd_pointer_info`
+    hsa_amd_pointer_info(ptr: *const c_void, info: *mut PointerInfo, alloc: *const c_void, agents: *mut u32, accessible: *mut *mut Handle) -> status;
 }
+
+/// `hsa_amd_pointer_info_t` (the fields up to `global_flags`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct PointerInfo {
+    /// The structure's size, set before the call.
+    pub size: u32,
+    /// `hsa_amd_pointer_type_t`.
+    pub kind: u32,
+    /// Where agents other than the host address the allocation.
+    pub agent_base: *mut c_void,
+    /// Where the host addresses it.
+    pub host_base: *mut c_void,
+    /// Its size.
+    pub size_in_bytes: usize,
+    /// The application's value.
+    pub user_data: *mut c_void,
+    /// The agent owning its pool.
+    pub agent_owner: Handle,
+    /// `hsa_amd_memory_pool_global_flag_t` bits.
+    pub global_flags: u32,
+}
+
+impl Default for PointerInfo {
+    fn default() -> Self {
+        PointerInfo {
+            size: std::mem::size_of::<PointerInfo>() as u32,
+            kind: 0,
+            agent_base: std::ptr::null_mut(),
+            host_base: std::ptr::null_mut(),
+            size_in_bytes: 0,
+            user_data: std::ptr::null_mut(),
+            agent_owner: 0,
+            global_flags: 0,
+        }
+    }
+}
+
+/// `hsa_amd_pointer_type_t` values.
+pub mod pointer_type {
+    /// Memory the runtime allocated (`hsa_amd_memory_pool_allocate`).
+    pub const HSA: u32 = 1;
+    /// Host memory locked with `hsa_amd_memory_lock`.
+    pub const LOCKED: u32 = 2;
+}
+
+/// `hsa_amd_event_t` for `HSA_AMD_GPU_MEMORY_FAULT_EVENT` (type 0): the agent, the virtual
+/// address and the `hsa_amd_memory_fault_reason_t` bits.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SystemEvent {
+    /// `hsa_amd_event_type_t`.
+    pub event_type: c_int,
+    /// The faulting agent.
+    pub agent: Handle,
+    /// The address accessed.
+    pub virtual_address: u64,
+    /// Why it faulted.
+    pub fault_reason_mask: u32,
+}
+
+/// `HSA_AMD_GPU_MEMORY_FAULT_EVENT`
+pub const MEMORY_FAULT_EVENT: c_int = 0;
+
+/// Callback of `hsa_amd_register_system_event_handler`.
+pub type SystemEventFn = unsafe extern "C" fn(*const SystemEvent, *mut c_void) -> c_int;
 
 // SAFETY: the library handle and resolved addresses may be used from any thread; the HSA API is
 // thread-safe.
@@ -387,6 +457,8 @@ pub mod pool_info {
     pub const RUNTIME_ALLOC_ALLOWED: i32 = 5;
     /// `HSA_AMD_SEGMENT_GLOBAL`
     pub const SEGMENT_GLOBAL: u32 = 0;
+    /// `HSA_AMD_SEGMENT_GROUP` (LDS)
+    pub const SEGMENT_GROUP: u32 = 3;
     /// `HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT`
     pub const FLAG_KERNARG_INIT: u32 = 1;
     /// `HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED`

@@ -177,6 +177,8 @@ impl Backend for AmdgpuBackend {
                 hsa.path()
             ))
         })?;
+        // A memory fault must fail its launch, not end the process (ROCr's default).
+        device::handle_memory_faults(&hsa)?;
         let _ = self.found.set(Found { hsa, cpu, gpus });
         Ok(self.found.get().map_or(0, |f| f.gpus.len()))
     }

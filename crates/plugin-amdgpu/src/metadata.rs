@@ -17,8 +17,14 @@ const NT_AMDGPU_METADATA: u32 = 32;
 pub enum ArgKind {
     /// An explicit argument passed by value (`by_value`).
     ByValue,
-    /// An explicit pointer (`global_buffer`, `dynamic_shared_pointer`, ...).
+    /// An explicit pointer to global memory (`global_buffer`).
     Pointer,
+    /// A pointer to LDS the launch sizes (`dynamic_shared_pointer`, OpenCL's `__local T *`):
+    /// the launch passes the size in bytes, the runtime the LDS offset, aligned to `align`.
+    DynamicShared {
+        /// `.pointee_align` (16 when the metadata does not say).
+        align: u32,
+    },
     /// A hidden argument the runtime fills in (`hidden_block_count_x`, ...).
     Hidden(String),
     /// Another explicit kind (`image`, `sampler`, `pipe`, `queue`: not supported here).
@@ -57,6 +63,9 @@ pub struct Kernel {
     pub wavefront_size: u32,
     /// Largest work-group it supports.
     pub max_flat_workgroup_size: u32,
+    /// `.uses_dynamic_stack`: recursion or calls through pointers, whose stack the fixed
+    /// private size does not cover.
+    pub uses_dynamic_stack: bool,
     /// Every argument, explicit and hidden, in order.
     pub args: Vec<Arg>,
 }
@@ -194,7 +203,19 @@ fn from_value(v: &Value) -> Result<Metadata> {
                 }
                 let kind = match value_kind.as_str() {
                     "by_value" => ArgKind::ByValue,
-                    "global_buffer" | "dynamic_shared_pointer" => ArgKind::Pointer,
+                    "global_buffer" => ArgKind::Pointer,
+                    "dynamic_shared_pointer" => {
+                        let align = match a.get(".pointee_align") {
+                            Some(_) => u32_field(a, ".pointee_align", &arg_what)?,
+                            None => 16,
+                        };
+                        if !align.is_power_of_two() || align > 4096 {
+                            return Err(bad(format!(
+                                "{arg_what}: '.pointee_align' {align} is not a power of two up to 4096"
+                            )));
+                        }
+                        ArgKind::DynamicShared { align }
+                    }
                     k if k.starts_with("hidden_") => ArgKind::Hidden(k.to_string()),
                     k => ArgKind::Other(k.to_string()),
                 };
@@ -215,6 +236,7 @@ fn from_value(v: &Value) -> Result<Metadata> {
             private_segment_fixed_size: u32_field(k, ".private_segment_fixed_size", &what)?,
             wavefront_size: u32_field(k, ".wavefront_size", &what)?,
             max_flat_workgroup_size: u32_field(k, ".max_flat_workgroup_size", &what)?,
+            uses_dynamic_stack: matches!(k.get(".uses_dynamic_stack"), Some(Value::Bool(true))),
             args,
         });
     }
