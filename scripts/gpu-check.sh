@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The GPU checks: every test kernel (saxpy, 2-D stencil, the 16-argument kernel, atomics, 3-D
-# ids) from each image kind the backend loads, on its first GPU, each result compared bit for
-# bit with the host plugin's; then (cuda) the launch overhead against a raw cudarc launch, and
-# the JIT times. Well under 5 minutes on a data-centre GPU once prepared.
+# ids, a block reduction with barriers, a block scan in dynamic shared memory, a tiled matrix
+# product with static tiles and with static + dynamic over 48 KiB, a reversal through 64 KiB of
+# dynamic shared memory, 96 KiB asked for) from each image kind the backend loads, on its first
+# GPU, each result compared bit for bit with the host plugin's; then overlapping device copies,
+# queued work from three threads on two queues each (every read checked), events and their
+# timing, a global, host and shared memory as kernel arguments, a kernel that faults (in its own
+# process), and (cuda) the launch overhead against a raw cudarc launch, and the JIT times. Well
+# under 5 minutes on a data-centre GPU once prepared. Exits non-zero on any mismatch or failure
+# and writes one JSON summary (OFFLOAD_GPU_CHECK_JSON, default .gpu-check/BACKEND/summary.json).
 #
 #   scripts/gpu-check.sh BACKEND prepare   on a machine like CI's (Debian 12, the build tools):
 #                                          builds in release and packs .gpu-check/BACKEND/
@@ -10,6 +16,10 @@
 #                                          (NVIDIA driver / ROCm kernel driver + libhsa-runtime64)
 #                                          and .gpu-check/BACKEND/: no Rust, no LLVM, no network
 #   scripts/gpu-check.sh BACKEND           both, where the GPU and the build tools are together
+#   scripts/gpu-check.sh BACKEND dry-run   here, without a GPU: the debug build against the fake
+#                                          driver (tests/fake-cuda) or runtime (tests/fake-hsa);
+#                                          every step runs, results of kernels the fake does not
+#                                          compute are not compared (the test suite runs this)
 #
 # BACKEND is cuda or amdgpu. The pack (about 50 MB, under the device tool's 64 MiB carry limit)
 # holds the offload binary, its plugins, the JIT worker and the check binary (stripped), the
@@ -19,7 +29,8 @@
 # and `offload info` says so. amdgpu images are prepared for the processors in
 # OFFLOAD_GPU_CHECK_PROCESSORS (comma-separated; default gfx908,gfx90a,gfx942,gfx1030,gfx1100).
 # With this workplace's device tool:
-#   run(command="scripts/gpu-check.sh cuda run 2>&1 | tee $OUT/gpu-check.log", carry=[".gpu-check/cuda"]) (one backend per call: each pack is about 50 MB)
+#   run(command="set -o pipefail; OFFLOAD_GPU_CHECK_JSON=$OUT/summary.json scripts/gpu-check.sh cuda run 2>&1 | tee $OUT/gpu-check.log", carry=[".gpu-check/cuda"])
+#   (one backend per call: each pack is about 50 MB; pipefail keeps the check's status through tee)
 # Results are recorded in docs/cuda.md and docs/amdgpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +38,7 @@ root=$PWD
 backend=${1:-}
 case "$backend" in
   cuda|amdgpu) ;;
-  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run|dry-run]" >&2; exit 2 ;;
 esac
 pack=$root/.gpu-check/$backend
 
@@ -82,9 +93,34 @@ run() {
   time "$pack/bin/$backend-gpu-check" run "$pack/images"
 }
 
+dry_run() {
+  local out=${OFFLOAD_GPU_CHECK_DRY_DIR:-$root/target/gpu-check-dry/$backend}
+  local check=$root/target/debug/$backend-gpu-check
+  [ -x "$check" ] || cargo build --workspace --quiet
+  rm -rf "$out"
+  mkdir -p "$out/images"
+  export PATH="$root/.tools/cuda/nvidia/cuda_nvcc/bin:$PATH"
+  echo "== preparing images (debug build)"
+  export OFFLOAD_GPU_CHECK_DRY_RUN=1 OFFLOAD_GPU_CHECK_JSON=$out/summary.json
+  if [ "$backend" = cuda ]; then
+    "$check" prepare "$out/images"
+    clang-19 -shared -fPIC -O1 -Wall -Werror -pthread tests/fake-cuda/fake_cuda.c -o "$out/libcuda_fake.so"
+    export OFFLOAD_CUDA_DRIVER=$out/libcuda_fake.so FAKE_CUDA_LOG=$out/driver.log FAKE_CUDA_FAULT=fault:700
+    echo "== the check against the fake driver"
+    "$check" run "$out/images" 200
+  else
+    "$check" prepare "$out/images" gfx90a
+    clang-19 -shared -fPIC -O1 -Wall -Werror -pthread -I/usr/include/hsa tests/fake-hsa/fake_hsa.c -o "$out/libhsa_fake.so"
+    export OFFLOAD_HSA_RUNTIME=$out/libhsa_fake.so FAKE_HSA_LOG=$out/runtime.log FAKE_HSA_FAULT=fault:memory
+    echo "== the check against the fake runtime"
+    "$check" run "$out/images"
+  fi
+}
+
 case "${2:-all}" in
   prepare) prepare ;;
   run) run ;;
   all) prepare; run ;;
-  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run]" >&2; exit 2 ;;
+  dry-run) dry_run ;;
+  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run|dry-run]" >&2; exit 2 ;;
 esac

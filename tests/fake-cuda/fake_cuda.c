@@ -36,6 +36,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../fake-common/elf_variable.h"
+
 typedef int CUresult;
 enum {
   OK = 0,
@@ -715,13 +717,18 @@ static void cubin_params(const unsigned char *elf, size_t len, struct function *
         strncmp((const char *)elf + stroff + name, want, strsize - name))
       continue;
     const unsigned char *d = elf + off;
+    int bank = 0; /* a parameter bank (EIATTR_PARAM_CBANK / CBANK_PARAM_SIZE > 0) */
     for (uint64_t at = 0; at + 4 <= size;) {
       unsigned format = d[at], attribute = d[at + 1];
       uint16_t value;
       memcpy(&value, d + at + 2, 2);
       at += 4;
+      if (format == 3 && attribute == 0x19 && value > 0)
+        bank = 1;
       if (format != 4)
         continue;
+      if (attribute == 0x0a)
+        bank = 1;
       if (attribute == 0x17 && value == 12 && at + 12 <= size) {
         uint16_t ordinal;
         uint32_t flags;
@@ -736,6 +743,9 @@ static void cubin_params(const unsigned char *elf, size_t len, struct function *
       }
       at += value;
     }
+    /* A kernel without parameters has neither records nor a parameter bank. */
+    if (!f->known && !bank)
+      f->known = 1;
     return;
   }
 }
@@ -767,9 +777,9 @@ CUresult cuModuleGetFunction(void **out, void *m, const char *name) {
   return OK;
 }
 
-/* Globals of PTX modules, as the driver has them: `.global`/`.const` `.b8 name[N]` with an
- * optional `= {b, b, ...}` initialiser (the rest zeros), in device memory of their own. Other
- * element types and binary modules: not found. */
+/* Globals, as the driver has them, in device memory of their own: a cubin's data symbols
+ * with their bytes from the image; PTX's `.global`/`.const` `.b8 name[N]` with an optional
+ * `= {b, b, ...}` initialiser (the rest zeros). Other PTX element types: not found. */
 CUresult cuModuleGetGlobal_v2(uintptr_t *p, size_t *n, void *m, const char *name) {
   NEED_CONTEXT;
   struct module *mod = m;
@@ -781,7 +791,30 @@ CUresult cuModuleGetGlobal_v2(uintptr_t *p, size_t *n, void *m, const char *name
         *n = mod->global_sizes[i];
       return OK;
     }
-  if (!mod->ptx || strlen(name) >= 256 || mod->nglobals >= 16)
+  if (strlen(name) >= 256 || mod->nglobals >= 16)
+    return NOT_FOUND;
+  uint64_t from, bytes;
+  if (!mod->ptx && elf_variable((const unsigned char *)mod->bytes, mod->len, name, &from, &bytes)) {
+    /* A cubin's variable: device memory holding its bytes from the image. */
+    if (bytes == 0 || bytes > (1 << 20))
+      return NOT_FOUND;
+    uintptr_t dev;
+    CUresult r = allocate(&dev, bytes, 0);
+    if (r != OK)
+      return r;
+    memcpy((void *)dev, mod->bytes + from, bytes);
+    int g = mod->nglobals++;
+    snprintf(mod->global_names[g], 256, "%s", name);
+    mod->global_ptrs[g] = dev;
+    mod->global_sizes[g] = bytes;
+    say("global %s %lu\n", name, (unsigned long)bytes);
+    if (p)
+      *p = dev;
+    if (n)
+      *n = bytes;
+    return OK;
+  }
+  if (!mod->ptx)
     return NOT_FOUND;
   char key[300];
   snprintf(key, sizeof key, ".b8 %s[", name);

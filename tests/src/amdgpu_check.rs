@@ -4,7 +4,9 @@
 //! where the GPU is. Used by `scripts/gpu-check.sh amdgpu` (through the `amdgpu-gpu-check`
 //! binary), which includes this file as a module (see `gpu_check`).
 
-use offload_tests::gpu_check::{KERNELS, cases, compare_kinds, host_results};
+use offload_tests::gpu_check::{
+    EXTRA_KERNELS, Extras, KERNELS, Report, cases, compare_kinds, host_results, run_extras,
+};
 use offload_tests::{AMDGCN, amdgcn_bitcode, amdgcn_jit, clang, host_kernel, repo_root};
 use std::path::Path;
 
@@ -21,8 +23,14 @@ pub fn prepare(dir: &Path, processors: &[&str]) -> Result<(), String> {
         std::fs::write(dir.join(&name), bytes).map_err(|e| format!("{name}: {e}"))
     };
     let include = repo_root().join("include");
-    for (k, _) in KERNELS {
-        write(format!("{k}.host.so"), &read(&host_kernel(k))?)?;
+    let names = KERNELS
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(EXTRA_KERNELS.into_iter().filter(|k| *k != "empty"));
+    for k in names {
+        if k != "fault" {
+            write(format!("{k}.host.so"), &read(&host_kernel(k))?)?;
+        }
         for gfx in processors {
             let bc = amdgcn_bitcode(k, gfx);
             write(format!("{k}.{gfx}.bc"), &read(&bc)?)?;
@@ -54,8 +62,10 @@ fn read(p: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// Runs the check on `amdgpu:0` against `host:0` with the images in `dir`.
-pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
+/// Runs the check on `amdgpu:0` against `host:0` with the images in `dir`, one report line
+/// per kernel and image kind, then the checks beyond the kernels ([`run_extras`]); `offload`
+/// is the command the faulting kernel runs in.
+pub fn run(dir: &Path, runtime: &offload::Runtime, offload: &Path) -> Result<Report, String> {
     let gpu = runtime
         .device("amdgpu", 0)
         .map_err(|e| format!("no AMD GPU: {e}"))?;
@@ -72,8 +82,9 @@ pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
         ));
     }
     let jit = runtime.plugin("amdgpu").map_err(|e| e.to_string())?;
-    let mut failures = Vec::new();
-    for case in cases() {
+    let mut report = Report::default();
+    // 64 KiB of LDS per work-group on the GPUs ROCm supports here.
+    for case in cases(64 << 10) {
         let k = case.kernel;
         let want = host_results(runtime, dir, &case)?;
         let kinds = vec![
@@ -90,11 +101,14 @@ pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
                 read(&dir.join(format!("{k}.{gfx}.bc")))?,
             ),
         ];
-        failures.extend(compare_kinds(&gpu, Some(jit), &case, &want, kinds));
+        compare_kinds(&mut report, &gpu, Some(jit), &case, &want, kinds);
     }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("\n"))
-    }
+    let extras = Extras {
+        add_k: read(&dir.join(format!("add_k.{gfx}.jit.hsaco")))?,
+        fault: dir.join(format!("fault.{gfx}.jit.hsaco")),
+        offload: offload.to_path_buf(),
+        fault_says: "memory access fault by the GPU",
+    };
+    run_extras(&mut report, &gpu, &extras);
+    Ok(report)
 }

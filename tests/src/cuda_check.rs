@@ -12,7 +12,10 @@
 use offload::LaunchDims;
 use offload_cuda::fatbin::{self, EntryKind};
 use offload_cuda::sm::Sm;
-use offload_tests::gpu_check::{KERNELS, cases, compare_kinds, host_results, per_call_us};
+use offload_tests::gpu_check::{
+    EXTRA_KERNELS, Extras, KERNELS, Report, cases, compare_kinds, host_results, per_call_us,
+    run_extras,
+};
 use offload_tests::{host_kernel, nvptx_bitcode, nvptx_jit, ptxas_cubin};
 use std::path::Path;
 
@@ -31,9 +34,11 @@ pub fn prepare(dir: &Path, sms: &[&str]) -> Result<(), String> {
         std::fs::write(dir.join(&name), bytes).map_err(|e| format!("{name}: {e}"))
     };
     let mut names: Vec<&str> = KERNELS.iter().map(|(k, _)| *k).collect();
-    names.push("empty");
+    names.extend(EXTRA_KERNELS);
     for k in names {
-        write(format!("{k}.host.so"), &read(&host_kernel(k))?)?;
+        if k != "fault" {
+            write(format!("{k}.host.so"), &read(&host_kernel(k))?)?;
+        }
         let bc = nvptx_bitcode(k, BASE_SM);
         write(format!("{k}.bc"), &read(&bc)?)?;
         let ptx = nvptx_jit(&bc, BASE_SM, &["--emit-ptx"], &format!("gpu-check-{k}"));
@@ -54,9 +59,10 @@ fn read(p: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// Runs the check on `cuda:0` against `host:0` with the images in `dir`, printing one line per
-/// kernel and image kind; `Err` lists every mismatch or failure.
-pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
+/// Runs the check on `cuda:0` against `host:0` with the images in `dir`, one report line per
+/// kernel and image kind, then the checks beyond the kernels ([`run_extras`]); `offload` is
+/// the command the faulting kernel runs in.
+pub fn run(dir: &Path, runtime: &offload::Runtime, offload: &Path) -> Result<Report, String> {
     let gpu = runtime
         .device("cuda", 0)
         .map_err(|e| format!("no CUDA device: {e}"))?;
@@ -67,8 +73,9 @@ pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
         info.name, info.compute_unit_kind, info.compute_units
     );
     let jit = runtime.plugin("cuda").map_err(|e| e.to_string())?;
-    let mut failures = Vec::new();
-    for case in cases() {
+    let mut report = Report::default();
+    // Any opt-in size fits the cases on a data-centre GPU; the plugin refuses what does not.
+    for case in cases(u32::MAX) {
         let k = case.kernel;
         let want = host_results(runtime, dir, &case)?;
         let ptx = read(&dir.join(format!("{k}.ptx")))?;
@@ -90,16 +97,27 @@ pub fn run(dir: &Path, runtime: &offload::Runtime) -> Result<(), String> {
         kinds.push((format!("PTX {BASE_SM}"), ptx.clone()));
         kinds.push(("fatbin".into(), fat));
         kinds.push((
-            format!("bitcode {BASE_SM}"),
+            format!("bitcode {BASE_SM} (JIT for {sm})"),
             read(&dir.join(format!("{k}.bc")))?,
         ));
-        failures.extend(compare_kinds(&gpu, Some(jit), &case, &want, kinds));
+        compare_kinds(&mut report, &gpu, Some(jit), &case, &want, kinds);
     }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("\n"))
-    }
+    let own = |k: &str| {
+        let cubin = dir.join(format!("{k}.{sm}.cubin"));
+        if cubin.exists() {
+            cubin
+        } else {
+            dir.join(format!("{k}.ptx"))
+        }
+    };
+    let extras = Extras {
+        add_k: read(&own("add_k"))?,
+        fault: own("fault"),
+        offload: offload.to_path_buf(),
+        fault_says: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    };
+    run_extras(&mut report, &gpu, &extras);
+    Ok(report)
 }
 
 /// The offload side of the launch benchmark: the empty kernel's cubin on `cuda:0`, launched

@@ -371,7 +371,9 @@ fn on_an_amd_gpu_every_kernel_and_image_kind_matches_the_host() {
     let dir = scratch("amdgpu-gpu");
     amdgpu_check::prepare(&dir, &[&gfx]).unwrap();
     let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], None);
-    if let Err(e) = amdgpu_check::run(&dir, &rt) {
+    if let Err(e) =
+        amdgpu_check::run(&dir, &rt, &build_dir().join("offload")).and_then(|r| r.result())
+    {
         panic!("{e}");
     }
 }

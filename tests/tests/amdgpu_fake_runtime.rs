@@ -907,3 +907,45 @@ fn random_queued_work_on_several_threads_matches_the_model() {
     }
     assert_contracts_kept(&lines, "random queued work");
 }
+
+#[test]
+fn the_gpu_check_runs_end_to_end_against_the_fake_runtime() {
+    // As for CUDA: `scripts/gpu-check.sh amdgpu dry-run` through a pipe, with the fake HSA
+    // runtime; every step runs, the kernels the fake does not compute go uncompared.
+    let dir = scratch("gpu-check-dry-amdgpu");
+    let out = std::process::Command::new("bash")
+        .args([
+            "-o",
+            "pipefail",
+            "-c",
+            "scripts/gpu-check.sh amdgpu dry-run 2>&1 | tee \"$LOG\"",
+        ])
+        .current_dir(repo_root())
+        .env("LOG", dir.join("gpu-check.log"))
+        .env("OFFLOAD_GPU_CHECK_DRY_DIR", dir.join("run"))
+        .output()
+        .unwrap();
+    let log = std::fs::read_to_string(dir.join("gpu-check.log")).unwrap_or_default();
+    assert!(out.status.success(), "{log}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["failed"], 0, "{summary}");
+    let passed: Vec<&str> = summary["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "pass")
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    for want in [
+        "device copies, overlapping both ways (400 seeded)",
+        "queued and synchronous work, 3 threads x 2 queues (seeded)",
+        "events and their timing",
+        "a global (the OFFLOAD_PARAMS record of add_k)",
+        "host and shared memory as kernel arguments",
+        "a kernel that faults (its own process)",
+    ] {
+        assert!(passed.contains(&want), "'{want}' did not pass: {summary}");
+    }
+    assert!(log.contains("scan       skipped: 96 KiB"), "{log}");
+}

@@ -329,7 +329,9 @@ fn on_a_gpu_every_kernel_and_image_kind_matches_the_host() {
     // Bitcode is assembled by the ptxas on PATH (scripts/test.sh puts the one it installs
     // there), else compiled by the driver's JIT.
     let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], None);
-    if let Err(e) = cuda_check::run(&dir, &rt) {
+    if let Err(e) =
+        cuda_check::run(&dir, &rt, &build_dir().join("offload")).and_then(|r| r.result())
+    {
         panic!("{e}");
     }
 }

@@ -971,3 +971,63 @@ fn random_queued_work_on_several_threads_and_devices_matches_the_model() {
     }
     assert_contracts_kept(&lines, "random queued work");
 }
+
+/// `scripts/gpu-check.sh cuda dry-run` into `dir` (plus `envs`), through a pipe as the device
+/// tool runs it: the pipeline's status and the JSON summary.
+fn gpu_check_dry_run(dir: &Path, envs: &[(&str, &str)]) -> (std::process::ExitStatus, Value) {
+    let json = dir.join("run/summary.json");
+    let out = std::process::Command::new("bash")
+        .args([
+            "-o",
+            "pipefail",
+            "-c",
+            "scripts/gpu-check.sh cuda dry-run 2>&1 | tee \"$LOG\"",
+        ])
+        .current_dir(repo_root())
+        .env("LOG", dir.join("gpu-check.log"))
+        .env("OFFLOAD_GPU_CHECK_DRY_DIR", dir.join("run"))
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let summary = std::fs::read_to_string(&json)
+        .map(|s| serde_json::from_str(&s).unwrap())
+        .unwrap_or(Value::Null);
+    (out.status, summary)
+}
+
+#[test]
+fn the_gpu_check_runs_end_to_end_against_the_fake_driver() {
+    // The script and the check binary as they will run on a GPU machine, with the fake
+    // driver: every step runs; only kernels the fake does not compute go uncompared.
+    let dir = scratch("gpu-check-dry-cuda");
+    let (status, summary) = gpu_check_dry_run(&dir, &[]);
+    let log = std::fs::read_to_string(dir.join("gpu-check.log")).unwrap_or_default();
+    assert!(status.success(), "{log}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["dry_run"], true);
+    let checks: Vec<&str> = summary["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "pass")
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    for want in [
+        "saxpy from cubin sm_90a",
+        "saxpy from bitcode sm_80 (JIT for sm_90a)",
+        "device copies, overlapping both ways (400 seeded)",
+        "queued and synchronous work, 3 threads x 2 queues (seeded)",
+        "events and their timing",
+        "a global (the OFFLOAD_PARAMS record of add_k)",
+        "host and shared memory as kernel arguments",
+        "a kernel that faults (its own process)",
+        "launch overhead, empty kernel, against raw cudarc",
+    ] {
+        assert!(checks.contains(&want), "'{want}' did not pass: {summary}");
+    }
+    // A device whose allocations fail: the check fails, and its status survives the pipe.
+    let dir = scratch("gpu-check-dry-cuda-failing");
+    let (status, summary) = gpu_check_dry_run(&dir, &[("FAKE_CUDA_MEMORY", "4096")]);
+    assert!(!status.success());
+    assert!(summary["failed"].as_u64().unwrap_or(0) > 0, "{summary}");
+}

@@ -9,6 +9,10 @@ use object::{Endianness, Object, ObjectSection};
 
 /// `EIATTR_KPARAM_INFO`, in `EIFMT_SVAL` records.
 const KPARAM_INFO: u8 = 0x17;
+/// `EIATTR_PARAM_CBANK`: where the parameters live in the constant bank (kernels with any).
+const PARAM_CBANK: u8 = 0x0a;
+/// `EIATTR_CBANK_PARAM_SIZE`: their bytes in all.
+const CBANK_PARAM_SIZE: u8 = 0x19;
 const EIFMT_NVAL: u8 = 0x01;
 const EIFMT_HVAL: u8 = 0x03;
 const EIFMT_SVAL: u8 = 0x04;
@@ -80,22 +84,28 @@ fn type_size(t: &str) -> Option<usize> {
 }
 
 /// The sizes of `kernel`'s parameters in a cubin, by ordinal; `None` if the cubin has no
-/// `.nv.info.<kernel>` section, no `EIATTR_KPARAM_INFO` records in it, or records that do not
-/// number the parameters 0..n once each.
+/// `.nv.info.<kernel>` section, records that do not number the parameters 0..n once each, or
+/// a parameter bank without `EIATTR_KPARAM_INFO` records (another record format). A kernel
+/// without parameters has neither records nor a parameter bank.
 pub fn from_cubin(cubin: &[u8], kernel: &str) -> Option<Vec<usize>> {
     let aligned = offload_core::image::Aligned::new(cubin);
     let file = ElfFile64::<Endianness>::parse(aligned.bytes()).ok()?;
     let section = file.section_by_name(&format!(".nv.info.{kernel}"))?;
     let data = section.data().ok()?;
     let mut sizes: Vec<Option<usize>> = Vec::new();
+    let mut bank = None;
     let mut at = 0;
     while at + 4 <= data.len() {
         let (format, attribute) = (data[at], data[at + 1]);
         let value = u16::from_le_bytes([data[at + 2], data[at + 3]]) as usize;
         at += 4;
         match format {
+            EIFMT_HVAL if attribute == CBANK_PARAM_SIZE => bank = Some(value),
             EIFMT_NVAL | EIFMT_HVAL => {}
             EIFMT_SVAL => {
+                if attribute == PARAM_CBANK {
+                    bank = bank.or(Some(usize::MAX));
+                }
                 let record = data.get(at..at + value)?;
                 at += value;
                 if attribute == KPARAM_INFO {
@@ -117,8 +127,9 @@ pub fn from_cubin(cubin: &[u8], kernel: &str) -> Option<Vec<usize>> {
         }
     }
     if sizes.is_empty() {
-        // A kernel without parameters has no records either: say nothing rather than zero.
-        return None;
+        // No records: no parameters if there is no parameter bank (or an empty one), else
+        // records of a format this reader does not know.
+        return matches!(bank, None | Some(0)).then(Vec::new);
     }
     sizes.into_iter().collect()
 }

@@ -18,14 +18,14 @@ fn run(dir: PathBuf) -> Result<(), String> {
         .parent()
         .ok_or("no executable directory")?
         .to_path_buf();
-    let runtime = offload::Runtime::with_plugin_dirs(&[exe_dir], None);
+    let runtime = offload::Runtime::with_plugin_dirs(std::slice::from_ref(&exe_dir), None);
     for slot in runtime.plugins() {
         println!("plugin   {:6} {}", slot.name(), slot.status().label());
         if let Some(r) = slot.status().reason() {
             println!("         {r}");
         }
     }
-    let checked = amdgpu_check::run(&dir, &runtime);
+    let report = amdgpu_check::run(&dir, &runtime, &exe_dir.join("offload"))?;
     if let Ok(slot) = runtime.plugin("amdgpu")
         && let Some(j) = slot.jit_stats()
     {
@@ -35,7 +35,17 @@ fn run(dir: PathBuf) -> Result<(), String> {
             j.compile_ns as f64 / 1e6
         );
     }
-    checked
+    let gfx = runtime
+        .device("amdgpu", 0)
+        .and_then(|d| d.info())
+        .map(|i| i.compute_unit_kind)
+        .unwrap_or_default();
+    let json = std::env::var_os("OFFLOAD_GPU_CHECK_JSON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.parent().unwrap_or(&dir).join("summary.json"));
+    report.write_json(&json, "amdgpu", &gfx)?;
+    println!("summary  {}", json.display());
+    report.result()
 }
 
 fn main() -> ExitCode {

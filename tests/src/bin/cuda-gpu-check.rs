@@ -49,45 +49,43 @@ fn run(dir: PathBuf, n: u32) -> Result<(), String> {
         .parent()
         .ok_or("no executable directory")?
         .to_path_buf();
-    let runtime = offload::Runtime::with_plugin_dirs(&[exe_dir], None);
+    let runtime = offload::Runtime::with_plugin_dirs(std::slice::from_ref(&exe_dir), None);
     for slot in runtime.plugins() {
         println!("plugin   {:6} {}", slot.name(), slot.status().label());
         if let Some(r) = slot.status().reason() {
             println!("         {r}");
         }
     }
-    let checked = cuda_check::run(&dir, &runtime);
-    let cubin_path = ["sm_90a", "sm_90", cuda_check::BASE_SM]
-        .iter()
-        .map(|sm| dir.join(format!("empty.{sm}.cubin")))
-        .find(|p| p.exists())
-        .ok_or("no empty.*.cubin prepared")?;
-    let cubin = std::fs::read(&cubin_path).map_err(|e| e.to_string())?;
+    let mut report = cuda_check::run(&dir, &runtime, &exe_dir.join("offload"))?;
     let device_sm = runtime
         .device("cuda", 0)
         .and_then(|d| d.info())
         .map(|i| i.compute_unit_kind)
         .map_err(|e| e.to_string())?;
+    let cubin = ["sm_90a", "sm_90", cuda_check::BASE_SM]
+        .iter()
+        .map(|sm| dir.join(format!("empty.{sm}.cubin")))
+        .find(|p| p.exists())
+        .ok_or("no empty.*.cubin prepared")?;
     let own = dir.join(format!("empty.{device_sm}.cubin"));
-    let cubin = std::fs::read(&own).unwrap_or(cubin);
-    let (o_sync, o_queued) = cuda_check::offload_launch_us(&runtime, &cubin, n)?;
-    if let Ok(driver) = std::env::var("OFFLOAD_CUDA_DRIVER") {
-        // cudarc loads the system's driver by its own names, which need not be this one.
-        println!(
-            "launch overhead: offload {o_sync:.2} us (launch + wait), {o_queued:.2} us (queued); the raw cudarc reference is skipped: OFFLOAD_CUDA_DRIVER={driver}"
-        );
-        return checked;
-    }
-    let (c_sync, c_queued) = raw_cudarc_launch_us(cubin, n)?;
-    println!("launch overhead, empty kernel (grid 1, block 1), best of 5 x {n}:");
-    println!(
-        "  launch + wait     offload {o_sync:8.2} us   raw cudarc {c_sync:8.2} us   ratio {:5.2}x",
-        o_sync / c_sync
-    );
-    println!(
-        "  {n} queued, 1 wait offload {o_queued:8.2} us   raw cudarc {c_queued:8.2} us   ratio {:5.2}x",
-        o_queued / c_queued
-    );
+    let cubin = std::fs::read(&own)
+        .or_else(|_| std::fs::read(&cubin))
+        .map_err(|e| e.to_string())?;
+    report.run("launch overhead, empty kernel, against raw cudarc", || {
+        let (o_sync, o_queued) = cuda_check::offload_launch_us(&runtime, &cubin, n)?;
+        if let Ok(driver) = std::env::var("OFFLOAD_CUDA_DRIVER") {
+            // cudarc loads the system's driver by its own names, which need not be this one.
+            return Ok(format!(
+                "offload {o_sync:.2} us (launch + wait), {o_queued:.2} us (queued); no raw cudarc reference: OFFLOAD_CUDA_DRIVER={driver}"
+            ));
+        }
+        let (c_sync, c_queued) = raw_cudarc_launch_us(cubin.clone(), n)?;
+        Ok(format!(
+            "best of 5 x {n}: launch + wait offload {o_sync:.2} us, cudarc {c_sync:.2} us ({:.2}x); {n} queued + 1 wait offload {o_queued:.2} us, cudarc {c_queued:.2} us ({:.2}x)",
+            o_sync / c_sync,
+            o_queued / c_queued
+        ))
+    });
     if let Ok(slot) = runtime.plugin("cuda")
         && let Some(j) = slot.jit_stats()
     {
@@ -98,7 +96,17 @@ fn run(dir: PathBuf, n: u32) -> Result<(), String> {
             j.compile_ns as f64 / 1e6 / j.compiles.max(1) as f64
         );
     }
-    checked
+    let json = summary_path(&dir);
+    report.write_json(&json, "cuda", &device_sm)?;
+    println!("summary  {}", json.display());
+    report.result()
+}
+
+/// Where the JSON summary goes: `OFFLOAD_GPU_CHECK_JSON`, else `summary.json` next to DIR.
+fn summary_path(dir: &std::path::Path) -> PathBuf {
+    std::env::var_os("OFFLOAD_GPU_CHECK_JSON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.parent().unwrap_or(dir).join("summary.json"))
 }
 
 fn main() -> ExitCode {
