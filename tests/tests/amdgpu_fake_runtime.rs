@@ -928,7 +928,8 @@ fn the_gpu_check_runs_end_to_end_against_the_fake_runtime() {
     let log = std::fs::read_to_string(dir.join("gpu-check.log")).unwrap_or_default();
     assert!(out.status.success(), "{log}");
     let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap())
+            .unwrap();
     assert_eq!(summary["failed"], 0, "{summary}");
     let passed: Vec<&str> = summary["checks"]
         .as_array()

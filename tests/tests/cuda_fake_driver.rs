@@ -1031,3 +1031,39 @@ fn the_gpu_check_runs_end_to_end_against_the_fake_driver() {
     assert!(!status.success());
     assert!(summary["failed"].as_u64().unwrap_or(0) > 0, "{summary}");
 }
+
+#[test]
+fn pointers_from_outside_the_plugin_reach_the_driver() {
+    // Memory another runtime of the process allocated (cudaMalloc) is not the plugin's to
+    // know: the GPU takes the pointer (a stray one faults there, not here).
+    use offload::{KernelArg, LaunchDims};
+    let log = log_file("foreign-pointer");
+    // SAFETY: nextest runs each test in its own process; set before anything reads them.
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", &log);
+    }
+    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let device = rt.device("cuda", 0).unwrap();
+    let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
+               .visible .entry touch(.param .u64 p)\n{\n ret;\n}\n";
+    let program = device.load(ptx.as_bytes()).unwrap();
+    let k = program.kernel("touch").unwrap();
+    let foreign = 0x7f00_dead_0000u64;
+    // SAFETY: `touch` does nothing with its pointer.
+    unsafe {
+        program.launch(
+            &k,
+            &LaunchDims::linear(1, 32),
+            &[KernelArg::Ptr(offload::DevicePtr(foreign))],
+        )
+    }
+    .unwrap();
+    let lines = log_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("launch touch") && l.ends_with(&le(&foreign.to_le_bytes()))),
+        "{lines:#?}"
+    );
+}

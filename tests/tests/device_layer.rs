@@ -263,3 +263,32 @@ fn overlapping_device_copies_give_memmove_results_on_the_host() {
     let device = rt.device("host", 0).unwrap();
     check_overlapping_device_copies(&device, 0xc0_9e11, 400);
 }
+
+#[test]
+fn a_pointer_one_past_the_end_of_an_allocation_is_an_argument_of_it() {
+    // `begin, end` parameters: end is one past the last element, and belongs to the same
+    // allocation (kept alive with it); two past the end is outside, and refused on the host.
+    let so = host_so(
+        "fill-range",
+        "#include \"offload_kernel.h\"\n\
+         OFFLOAD_KERNEL void fill_range(unsigned *begin, unsigned *end) {\n\
+           unsigned i = offload_global_id_x(); if (begin + i < end) begin[i] = 7; }\n",
+    );
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let k = program.kernel("fill_range").unwrap();
+    let b = device.upload(&[0u32; 100]).unwrap();
+    let end = |past: u64| KernelArg::Ptr(offload::DevicePtr(b.ptr().0 + 400 + past));
+    // SAFETY: the kernel writes begin[0..end - begin), inside the buffer.
+    unsafe { program.launch(&k, &LaunchDims::linear(1, 128), &[b.arg(), end(0)]) }.unwrap();
+    assert_eq!(b.to_vec().unwrap(), vec![7u32; 100]);
+    // SAFETY: refused before anything runs.
+    let e = unsafe { program.launch(&k, &LaunchDims::linear(1, 128), &[b.arg(), end(4)]) }
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("argument 1") && e.contains("not inside any live allocation"),
+        "{e}"
+    );
+}

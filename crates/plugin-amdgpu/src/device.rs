@@ -243,7 +243,7 @@ pub struct AmdDevice {
     queue_max: u32,
     /// The queue for work that is not on a queue of the layer (created on first use, replaced
     /// after an error).
-    own_queue: Mutex<Option<HsaQueue>>,
+    own_queue: Mutex<Option<Arc<HsaQueue>>>,
 }
 
 impl std::fmt::Debug for AmdDevice {
@@ -958,6 +958,11 @@ impl DeviceBackend for AmdDevice {
         false
     }
 
+    fn strict_pointers(&self) -> bool {
+        // Memory of another runtime in the process is the caller's to pass; see the trait.
+        false
+    }
+
     fn stream_create(&self) -> Result<HsaQueue> {
         HsaQueue::create(&self.hsa, self.agent, self.queue_max)
     }
@@ -1039,7 +1044,16 @@ impl DeviceBackend for AmdDevice {
                             | 1 << aql::HEADER_BARRIER
                             | aql::FENCE_SCOPE_SYSTEM << aql::HEADER_ACQUIRE_FENCE_SCOPE
                             | aql::FENCE_SCOPE_SYSTEM << aql::HEADER_RELEASE_FENCE_SCOPE;
-                        let block = dims.block.map(|b| u16::try_from(b).unwrap_or(u16::MAX));
+                        let mut block = [0u16; 3];
+                        for (d, b) in block.iter_mut().enumerate() {
+                            *b = u16::try_from(dims.block[d]).map_err(|_| {
+                                Error::InvalidArgument(format!(
+                                    "launch of '{name}': a block of {} work items in dimension \
+                                     {d} does not fit a dispatch packet (at most 65535)",
+                                    dims.block[d]
+                                ))
+                            })?;
+                        }
                         self.dispatch(
                             queue,
                             DispatchPacket {
@@ -1074,14 +1088,28 @@ impl DeviceBackend for AmdDevice {
                 match stream {
                     Some(q) => run(q),
                     None => {
-                        let mut own = self.own_queue.lock().unwrap_or_else(|p| p.into_inner());
-                        if own.as_ref().is_some_and(|q| q.failed().is_some()) {
-                            *own = None;
-                        }
-                        if own.is_none() {
-                            *own = Some(HsaQueue::create(&self.hsa, self.agent, self.queue_max)?);
-                        }
-                        run(own.as_ref().expect("created above"))
+                        // The queue is taken out of the lock before the dispatch: synchronous
+                        // launches of several threads share it (HSA queues take many writers)
+                        // and do not wait for each other's kernels.
+                        let queue = {
+                            let mut own = self.own_queue.lock().unwrap_or_else(|p| p.into_inner());
+                            if own.as_ref().is_some_and(|q| q.failed().is_some()) {
+                                *own = None;
+                            }
+                            match &*own {
+                                Some(q) => q.clone(),
+                                None => {
+                                    let q = Arc::new(HsaQueue::create(
+                                        &self.hsa,
+                                        self.agent,
+                                        self.queue_max,
+                                    )?);
+                                    *own = Some(q.clone());
+                                    q
+                                }
+                            }
+                        };
+                        run(&queue)
                     }
                 }
             }

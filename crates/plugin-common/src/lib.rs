@@ -201,8 +201,10 @@ pub trait DeviceBackend: Send + Sync + Sized + 'static {
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr>;
     /// Frees an allocation of `kind`; called once, when no operation uses it any more.
     fn free(&self, ptr: DevicePtr, size: u64, kind: MemoryKind);
-    /// Whether every non-null pointer argument must lie in a region the layer tracks (the
-    /// host: yes; a GPU whose kernels may receive pointers from elsewhere: no).
+    /// Whether every non-null pointer argument must lie in (or just past the end of) a region
+    /// the layer tracks (the host: yes, its kernels run in this process; a GPU: no, its kernels
+    /// may get memory another runtime of the process allocated, and a stray pointer faults on
+    /// the GPU, not here).
     fn strict_pointers(&self) -> bool {
         true
     }
@@ -607,7 +609,13 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
             if p.0 == 0 {
                 continue;
             }
-            match self.regions.find(*p, 0, "", &self.name) {
+            // One past the end (`begin, end` parameters) belongs to the allocation before it.
+            let found = self.regions.find(*p, 0, "", &self.name).or_else(|e| {
+                p.0.checked_sub(1)
+                    .ok_or(e)
+                    .and_then(|q| self.regions.find(DevicePtr(q), 1, "", &self.name))
+            });
+            match found {
                 Ok(region) => hold.pin(region),
                 Err(_) if !self.backend.strict_pointers() => {}
                 Err(_) => {

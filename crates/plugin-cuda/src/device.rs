@@ -285,10 +285,13 @@ impl CudaDevice {
 
     fn load_cubin(&self, cubin: &[u8]) -> Result<Module> {
         let mut module: CUmodule = std::ptr::null_mut();
+        // An entry of a container need not be 8-byte aligned; NVIDIA's tools always align
+        // cubins, and what the driver does with one that is not is not documented.
+        let aligned = offload_core::image::Aligned::new(cubin);
         // SAFETY: a checked cubin, live for the call (the driver copies it).
         unsafe {
             self.driver
-                .cuModuleLoadData(&mut module, cubin.as_ptr().cast())?
+                .cuModuleLoadData(&mut module, aligned.bytes().as_ptr().cast())?
         };
         Ok(self.module(module, Some(Source::Cubin(cubin.to_vec()))))
     }
@@ -402,10 +405,13 @@ impl DeviceBackend for CudaDevice {
                     (_, true) => {
                         // Only the driver unpacks compressed entries; it picks the same way.
                         let mut module: CUmodule = std::ptr::null_mut();
+                        let aligned = offload_core::image::Aligned::new(image);
                         // SAFETY: a parsed fat binary, live for the call.
                         unsafe {
-                            self.driver
-                                .cuModuleLoadFatBinary(&mut module, image.as_ptr().cast())?
+                            self.driver.cuModuleLoadFatBinary(
+                                &mut module,
+                                aligned.bytes().as_ptr().cast(),
+                            )?
                         };
                         Ok(self.module(module, None))
                     }
@@ -549,6 +555,11 @@ impl DeviceBackend for CudaDevice {
 
     fn locks_regions(&self) -> bool {
         // Streams order the GPU's work; see the trait.
+        false
+    }
+
+    fn strict_pointers(&self) -> bool {
+        // Memory of another runtime in the process is the caller's to pass; see the trait.
         false
     }
 
