@@ -126,7 +126,8 @@ step "per-plugin summary"
 printf '%-12s %6s %6s %6s   %s\n' plugin passed failed skipped "what ran"
 for r in "${rows[@]}"; do echo "$r"; done
 echo "cuda: ran up to the driver everywhere: real ptxas cubins and the plugin's SM checks, fatbin selection,"
-echo "      the no-driver and stub-driver paths, the device path against a fake driver (tests/fake-cuda), mutants"
+echo "      the no-driver and stub-driver paths, the device path against a fake driver (tests/fake-cuda: asynchronous"
+echo "      streams, contexts per device, injected faults and kernel limits), mutants, the GPU check's dry run"
 if [ "${cuda_state%% *}" = gpu ]; then
   echo "      GPU tests ran on: ${cuda_state#gpu }"
 else
@@ -135,7 +136,8 @@ else
 fi
 echo "amdgpu: ran up to the runtime: code objects from the JIT and clang (targets, target-id features, kernarg"
 echo "      layouts from the metadata), refusals, mutants, the real ROCm runtime (libhsa-runtime64) loaded, and the"
-echo "      device path against a fake HSA runtime (tests/fake-hsa)"
+echo "      device path against a fake HSA runtime (tests/fake-hsa: asynchronous queues and DMA, memory faults, queue"
+echo "      errors), the GPU check's dry run"
 if [ "${amd_state%% *}" = gpu ]; then
   echo "      GPU tests ran on: ${amd_state#gpu }"
 else
