@@ -126,6 +126,9 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attribute, v
     break;
   }
   case HSA_AGENT_INFO_DEVICE: *(hsa_device_type_t *)value = gpu ? HSA_DEVICE_TYPE_GPU : HSA_DEVICE_TYPE_CPU; break;
+  case HSA_AGENT_INFO_FEATURE:
+    *(hsa_agent_feature_t *)value = gpu && !getenv("FAKE_HSA_NO_DISPATCH") ? HSA_AGENT_FEATURE_KERNEL_DISPATCH : HSA_AGENT_FEATURE_AGENT_DISPATCH;
+    break;
   case HSA_AGENT_INFO_WAVEFRONT_SIZE: *(uint32_t *)value = 64; break;
   case HSA_AGENT_INFO_WORKGROUP_MAX_SIZE: *(uint32_t *)value = 1024; break;
   case HSA_AGENT_INFO_WORKGROUP_MAX_DIM: {

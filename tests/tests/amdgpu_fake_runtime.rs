@@ -105,6 +105,18 @@ fn info_shows_the_processor_its_features_and_limits() {
             .contains("reports no AMD GPU"),
         "{amd}"
     );
+    // A GPU agent that cannot dispatch kernels is no device to launch on.
+    let out = with_fake(&["info", "--json"], &log, &[("FAKE_HSA_NO_DISPATCH", "1")]);
+    let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let amd = plugin_json(&json, "amdgpu");
+    assert_eq!(amd["status"], "no-devices");
+    assert!(
+        amd["reason"]
+            .as_str()
+            .unwrap()
+            .contains("1 GPU agent(s), none of which runs kernels"),
+        "{amd}"
+    );
     let out = with_fake(&["info", "--json"], &log, &[("FAKE_HSA_INIT_FAILS", "1")]);
     let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let amd = plugin_json(&json, "amdgpu");

@@ -598,6 +598,7 @@ pub fn find_pools(hsa: &Hsa, gpu: Handle, cpu: Handle) -> Result<Option<Pools>> 
         device: Option<(Handle, u64)>,
         host: Option<Handle>,
         kernarg: Option<Handle>,
+        host_is_kernarg: bool,
         lds: Option<u32>,
         hsa: usize,
     }
@@ -635,8 +636,14 @@ pub fn find_pools(hsa: &Hsa, gpu: Handle, cpu: Handle) -> Result<Option<Pools>> 
         if flags & pool_info::FLAG_KERNARG_INIT != 0 && found.kernarg.is_none() {
             found.kernarg = Some(pool);
         }
-        if flags & pool_info::FLAG_FINE_GRAINED != 0 && found.host.is_none() {
+        // Pinned host memory from a fine-grained pool that is not the kernarg pool (ROCr marks
+        // kernarg system memory uncached): that one only if there is no other.
+        if flags & pool_info::FLAG_FINE_GRAINED != 0
+            && (found.host.is_none()
+                || (flags & pool_info::FLAG_KERNARG_INIT == 0 && found.host_is_kernarg))
+        {
             found.host = Some(pool);
+            found.host_is_kernarg = flags & pool_info::FLAG_KERNARG_INIT != 0;
         }
         hsa::SUCCESS
     }

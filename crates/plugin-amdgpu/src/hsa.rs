@@ -419,6 +419,10 @@ impl Hsa {
 pub mod agent_info {
     /// `HSA_AGENT_INFO_NAME` (char[64])
     pub const NAME: i32 = 0;
+    /// `HSA_AGENT_INFO_FEATURE` (hsa_agent_feature_t bits)
+    pub const FEATURE: i32 = 2;
+    /// `HSA_AGENT_FEATURE_KERNEL_DISPATCH`
+    pub const FEATURE_KERNEL_DISPATCH: u32 = 1;
     /// `HSA_AGENT_INFO_WAVEFRONT_SIZE` (u32)
     pub const WAVEFRONT_SIZE: i32 = 6;
     /// `HSA_AGENT_INFO_WORKGROUP_MAX_DIM` (u16[3])

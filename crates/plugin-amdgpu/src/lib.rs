@@ -151,10 +151,23 @@ impl Backend for AmdgpuBackend {
                 (&mut agents as *mut (Vec<(Handle, u32)>, usize)).cast(),
             )?
         };
+        // GPUs that run kernels (an agent without kernel dispatch is not one to launch on).
+        let dispatches = |agent: Handle| {
+            let mut features = 0u32;
+            // SAFETY: a u32 out-value.
+            unsafe {
+                hsa.hsa_agent_get_info(
+                    agent,
+                    agent_info::FEATURE,
+                    (&mut features as *mut u32).cast(),
+                )
+            }
+            .is_ok_and(|()| features & agent_info::FEATURE_KERNEL_DISPATCH != 0)
+        };
         let gpus: Vec<Handle> = agents
             .0
             .iter()
-            .filter(|(_, k)| *k == agent_info::DEVICE_GPU)
+            .filter(|(a, k)| *k == agent_info::DEVICE_GPU && dispatches(*a))
             .map(|(a, _)| *a)
             .collect();
         let cpu = agents
@@ -162,6 +175,18 @@ impl Backend for AmdgpuBackend {
             .iter()
             .find(|(_, k)| *k == agent_info::DEVICE_CPU)
             .map(|(a, _)| *a);
+        let gpu_agents = agents
+            .0
+            .iter()
+            .filter(|(_, k)| *k == agent_info::DEVICE_GPU)
+            .count();
+        if gpus.is_empty() && gpu_agents > 0 {
+            return Err(Error::NoDevice(format!(
+                "the HSA runtime '{}' reports {gpu_agents} GPU agent(s), none of which runs \
+                 kernels (no HSA_AGENT_FEATURE_KERNEL_DISPATCH)",
+                hsa.path()
+            )));
+        }
         if gpus.is_empty() {
             return Err(Error::NoDevice(format!(
                 "the HSA runtime '{}' reports no AMD GPU{}",
