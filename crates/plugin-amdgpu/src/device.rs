@@ -492,12 +492,14 @@ impl AmdDevice {
         self.wait(&signal, Some(queue), &format!("kernel '{name}'"))
     }
 
-    /// The kernel argument bytes of a launch, laid out as the metadata says.
+    /// The kernel argument bytes of a launch, laid out as the metadata says; `lds` is where
+    /// each `dynamic_shared_pointer` argument's LDS starts ([`AmdDevice::lds_layout`]).
     fn kernargs(
         &self,
         k: &Kernel,
         dims: &LaunchDims,
         args: &[KernelArg],
+        lds: &[(usize, u64)],
         queue: *mut Queue,
         ndims: u16,
     ) -> Result<Vec<u8>> {
@@ -508,7 +510,6 @@ impl AmdDevice {
             let n = (size as usize).min(8);
             bytes[at..at + n].copy_from_slice(&value.to_le_bytes()[..n]);
         };
-        let (lds, _) = Self::lds_layout(k, dims, args);
         for (i, (arg, value)) in meta.explicit_args().zip(args).enumerate() {
             // An LDS argument gets its offset in the work-group's LDS, not the size passed.
             let bits = match lds.iter().find(|(j, _)| *j == i) {
@@ -1020,8 +1021,11 @@ impl DeviceBackend for AmdDevice {
                 } else {
                     1
                 };
+                // Checked against the device's LDS in `check_launch`.
+                let (lds, group_segment) = Self::lds_layout(kernel, &dims, args);
+                let group_segment = u32::try_from(group_segment).unwrap_or(u32::MAX);
                 let run = |queue: &HsaQueue| -> Result<()> {
-                    let bytes = self.kernargs(kernel, &dims, args, queue.queue, ndims)?;
+                    let bytes = self.kernargs(kernel, &dims, args, &lds, queue.queue, ndims)?;
                     let mut area: *mut c_void = std::ptr::null_mut();
                     // SAFETY: live out-pointer.
                     unsafe {
@@ -1076,11 +1080,7 @@ impl DeviceBackend for AmdDevice {
                                     } else {
                                         0
                                     }),
-                                // Checked against the device's LDS in `check_launch`.
-                                group_segment_size: u32::try_from(
-                                    Self::lds_layout(kernel, &dims, args).1,
-                                )
-                                .unwrap_or(u32::MAX),
+                                group_segment_size: group_segment,
                                 kernel_object: kernel.object,
                                 kernarg_address: area as u64,
                                 ..DispatchPacket::default()
