@@ -36,7 +36,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "../fake-common/elf_variable.h"
 
 typedef int CUresult;
 enum {
@@ -83,6 +82,8 @@ static void say(const char *fmt, ...) {
   }
   pthread_mutex_unlock(&lock);
 }
+
+#include "../fake-common/fake_common.h"
 
 #define NEED_CONTEXT                                                                             \
   do {                                                                                           \
@@ -297,22 +298,6 @@ CUresult cuMemAllocManaged(uintptr_t *p, size_t n, unsigned flags) {
 CUresult cuMemFree_v2(uintptr_t p) { return release(p, 1 << 0 | 1 << 2); }
 CUresult cuMemFreeHost(void *p) { return release((uintptr_t)p, 1 << 1); }
 
-/* A copy engine promises nothing for overlapping ranges; this one copies in the direction that
- * gets memmove's result wrong, and says so ("overlapping-copy"). */
-static void engine_copy(unsigned char *dst, const unsigned char *src, size_t n) {
-  if (dst < src + n && src < dst + n && dst != src) {
-    say("overlapping-copy 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)dst,
-        (unsigned long)(uintptr_t)src, n);
-    if (dst > src)
-      for (size_t i = 0; i < n; ++i)
-        dst[i] = src[i];
-    else
-      for (size_t i = n; i-- > 0;)
-        dst[i] = src[i];
-    return;
-  }
-  memcpy(dst, src, n);
-}
 
 /* ---- streams: work runs later, on a thread of its stream, in the stream's order --------- *
  *
@@ -688,66 +673,43 @@ static void ptx_params(const char *text, struct function *f) {
  * knows a cubin kernel's parameters: (u8 format 4, u8 attribute 0x17, u16 12) then u32 index,
  * u16 ordinal, u16 offset, u32 flags with the size in bits 18-31. */
 static void cubin_params(const unsigned char *elf, size_t len, struct function *f) {
-  uint64_t shoff;
-  uint16_t shentsize, shnum, shstrndx;
-  if (len < 64)
-    return;
-  memcpy(&shoff, elf + 40, 8);
-  memcpy(&shentsize, elf + 58, 2);
-  memcpy(&shnum, elf + 60, 2);
-  memcpy(&shstrndx, elf + 62, 2);
-  if (shentsize < 64 || shstrndx >= shnum || shoff + (uint64_t)shnum * shentsize > len)
-    return;
-  const unsigned char *strtab_hdr = elf + shoff + (uint64_t)shstrndx * shentsize;
-  uint64_t stroff, strsize;
-  memcpy(&stroff, strtab_hdr + 24, 8);
-  memcpy(&strsize, strtab_hdr + 32, 8);
-  if (stroff + strsize > len)
-    return;
+  struct elf e;
+  struct elf_section info;
   char want[300];
   snprintf(want, sizeof want, ".nv.info.%s", f->name);
-  for (uint16_t i = 0; i < shnum; ++i) {
-    const unsigned char *h = elf + shoff + (uint64_t)i * shentsize;
-    uint32_t name;
-    uint64_t off, size;
-    memcpy(&name, h, 4);
-    memcpy(&off, h + 24, 8);
-    memcpy(&size, h + 32, 8);
-    if (name >= strsize || off + size > len ||
-        strncmp((const char *)elf + stroff + name, want, strsize - name))
-      continue;
-    const unsigned char *d = elf + off;
-    int bank = 0; /* a parameter bank (EIATTR_PARAM_CBANK / CBANK_PARAM_SIZE > 0) */
-    for (uint64_t at = 0; at + 4 <= size;) {
-      unsigned format = d[at], attribute = d[at + 1];
-      uint16_t value;
-      memcpy(&value, d + at + 2, 2);
-      at += 4;
-      if (format == 3 && attribute == 0x19 && value > 0)
-        bank = 1;
-      if (format != 4)
-        continue;
-      if (attribute == 0x0a)
-        bank = 1;
-      if (attribute == 0x17 && value == 12 && at + 12 <= size) {
-        uint16_t ordinal;
-        uint32_t flags;
-        memcpy(&ordinal, d + at + 4, 2);
-        memcpy(&flags, d + at + 8, 4);
-        if (ordinal < 256) {
-          f->sizes[ordinal] = flags >> 18;
-          if (ordinal + 1 > f->count)
-            f->count = ordinal + 1;
-          f->known = 1;
-        }
-      }
-      at += value;
-    }
-    /* A kernel without parameters has neither records nor a parameter bank. */
-    if (!f->known && !bank)
-      f->known = 1;
+  if (!elf_open(&e, elf, len) || !elf_section_by_name(&e, want, &info))
     return;
+  const unsigned char *d = elf + info.off;
+  uint64_t size = info.size;
+  int bank = 0; /* a parameter bank (EIATTR_PARAM_CBANK / CBANK_PARAM_SIZE > 0) */
+  for (uint64_t at = 0; at + 4 <= size;) {
+    unsigned format = d[at], attribute = d[at + 1];
+    uint16_t value;
+    memcpy(&value, d + at + 2, 2);
+    at += 4;
+    if (format == 3 && attribute == 0x19 && value > 0)
+      bank = 1;
+    if (format != 4)
+      continue;
+    if (attribute == 0x0a)
+      bank = 1;
+    if (attribute == 0x17 && value == 12 && at + 12 <= size) {
+      uint16_t ordinal;
+      uint32_t flags;
+      memcpy(&ordinal, d + at + 4, 2);
+      memcpy(&flags, d + at + 8, 4);
+      if (ordinal < 256) {
+        f->sizes[ordinal] = flags >> 18;
+        if (ordinal + 1 > f->count)
+          f->count = ordinal + 1;
+        f->known = 1;
+      }
+    }
+    at += value;
   }
+  /* A kernel without parameters has neither records nor a parameter bank. */
+  if (!f->known && !bank)
+    f->known = 1;
 }
 
 CUresult cuModuleGetFunction(void **out, void *m, const char *name) {

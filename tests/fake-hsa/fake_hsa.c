@@ -32,7 +32,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "../fake-common/elf_variable.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
@@ -52,6 +51,8 @@ static void say(const char *fmt, ...) {
   }
   pthread_mutex_unlock(&lock);
 }
+
+#include "../fake-common/fake_common.h"
 
 enum { CPU = 1, GPU = 2 };
 enum { POOL_DEVICE = 11, POOL_HOST = 12, POOL_KERNARG = 13, POOL_GROUP = 14 };
@@ -695,22 +696,6 @@ void hsa_signal_store_screlease(hsa_signal_t signal, hsa_signal_value_t value) {
 
 /* ---- copies ------------------------------------------------------------------------------- */
 
-/* A DMA engine promises nothing for overlapping ranges; this one copies in the direction that
- * gets memmove's result wrong, and says so ("overlapping-copy"). */
-static void engine_copy(unsigned char *dst, const unsigned char *src, size_t n) {
-  if (dst < src + n && src < dst + n && dst != src) {
-    say("overlapping-copy 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)dst,
-        (unsigned long)(uintptr_t)src, n);
-    if (dst > src)
-      for (size_t i = 0; i < n; ++i)
-        dst[i] = src[i];
-    else
-      for (size_t i = n; i-- > 0;)
-        dst[i] = src[i];
-    return;
-  }
-  memcpy(dst, src, n);
-}
 
 /* The DMA engine: one thread that runs copies in the order they were asked for, later. */
 struct dma {
