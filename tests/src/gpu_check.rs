@@ -196,34 +196,14 @@ fn all_cases() -> Vec<Case> {
             symbol: "block_scan",
             note: "8 KiB of dynamic shared memory",
             dims: with_shared([1024, 1, 1], [1024, 1, 1], 2 * 1024 * 4),
-            args: vec![
-                Buffer {
-                    bytes: 4 * 1024 * 1024,
-                    init: Init::IotaU32,
-                },
-                Buffer {
-                    bytes: 4 * 1024 * 1024,
-                    init: Init::Zero,
-                },
-                Scalar(KernelArg::I32(1024 * 1024)),
-            ],
+            args: scan_args(1024 * 1024),
         },
         Case {
             kernel: "scan",
             symbol: "block_scan",
             note: "96 KiB of dynamic shared memory asked for (opt-in)",
             dims: with_shared([256, 1, 1], [1024, 1, 1], 96 << 10),
-            args: vec![
-                Buffer {
-                    bytes: 4 * 256 * 1024,
-                    init: Init::IotaU32,
-                },
-                Buffer {
-                    bytes: 4 * 256 * 1024,
-                    init: Init::Zero,
-                },
-                Scalar(KernelArg::I32(256 * 1024)),
-            ],
+            args: scan_args(256 * 1024),
         },
         Case {
             kernel: "matmul_tiled",
@@ -265,6 +245,21 @@ fn with_shared(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32) -> Launch
         block,
         shared_mem_bytes,
     }
+}
+
+/// `block_scan(in, out, n)` on `n` words.
+fn scan_args(n: usize) -> Vec<Arg> {
+    vec![
+        Arg::Buffer {
+            bytes: 4 * n,
+            init: Init::IotaU32,
+        },
+        Arg::Buffer {
+            bytes: 4 * n,
+            init: Init::Zero,
+        },
+        Arg::Scalar(KernelArg::I32(n as i32)),
+    ]
 }
 
 fn matmul_args(n: usize) -> Vec<Arg> {
@@ -647,4 +642,30 @@ pub fn host_results(
     let so = std::fs::read(dir.join(format!("{}.host.so", case.kernel)))
         .map_err(|e| format!("{}.host.so: {e}", case.kernel))?;
     run_case(&host, &so, case).map_err(|e| format!("{} on the host: {e}", case.kernel))
+}
+
+/// The runtime of a check binary: the plugins (and the JIT worker, `offload`, ld.lld) next to
+/// its executable, each plugin's state printed; and that directory.
+pub fn runtime_beside_exe() -> Result<(std::path::PathBuf, offload::Runtime), String> {
+    let exe_dir = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .parent()
+        .ok_or("no executable directory")?
+        .to_path_buf();
+    let runtime = offload::Runtime::with_plugin_dirs(std::slice::from_ref(&exe_dir), None);
+    for slot in runtime.plugins() {
+        println!("plugin   {:6} {}", slot.name(), slot.status().label());
+        if let Some(r) = slot.status().reason() {
+            println!("         {r}");
+        }
+    }
+    Ok((exe_dir, runtime))
+}
+
+/// Where the JSON summary goes: `OFFLOAD_GPU_CHECK_JSON`, else `summary.json` next to the
+/// images' directory `dir`.
+pub fn summary_path(dir: &std::path::Path) -> std::path::PathBuf {
+    std::env::var_os("OFFLOAD_GPU_CHECK_JSON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| dir.parent().unwrap_or(dir).join("summary.json"))
 }

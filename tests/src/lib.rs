@@ -645,3 +645,57 @@ pub fn check_random_queued_work(device: &offload::Device, add: &offload::Kernel,
         }
     }
 }
+
+/// What [`gpu_check_dry_run`] saw: the pipeline's status, its output and the JSON summary
+/// (`Null` when none was written).
+#[derive(Debug)]
+pub struct DryRun {
+    /// The status of `scripts/gpu-check.sh ... | tee`, with pipefail.
+    pub status: std::process::ExitStatus,
+    /// What the script printed.
+    pub log: String,
+    /// The check's summary.
+    pub summary: serde_json::Value,
+}
+
+impl DryRun {
+    /// The checks the summary says passed.
+    pub fn passed(&self) -> Vec<&str> {
+        self.summary["checks"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|c| c["status"] == "pass")
+                    .filter_map(|c| c["check"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// `scripts/gpu-check.sh BACKEND dry-run` into `dir` (plus `envs`), through a pipe as the
+/// device tool runs it.
+pub fn gpu_check_dry_run(backend: &str, dir: &Path, envs: &[(&str, &str)]) -> DryRun {
+    let log = dir.join("gpu-check.log");
+    let out = Command::new("bash")
+        .args([
+            "-o",
+            "pipefail",
+            "-c",
+            &format!("scripts/gpu-check.sh {backend} dry-run 2>&1 | tee \"$LOG\""),
+        ])
+        .current_dir(repo_root())
+        .env("LOG", &log)
+        .env("OFFLOAD_GPU_CHECK_DRY_DIR", dir.join("run"))
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    DryRun {
+        status: out.status,
+        log: std::fs::read_to_string(&log).unwrap_or_default(),
+        summary: std::fs::read_to_string(dir.join("run/summary.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(serde_json::Value::Null),
+    }
+}

@@ -34,6 +34,21 @@ fn with_fake(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> std::process::
     offload(args, &all)
 }
 
+/// A runtime in this process with only the amdgpu plugin, on the fake runtime logging to
+/// `log`, with `envs` set too. The environment is set before anything reads it: nextest runs
+/// each test in a process of its own.
+fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
+    // SAFETY: see above: no other thread of this process reads or writes the environment yet.
+    unsafe {
+        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
+        std::env::set_var("FAKE_HSA_LOG", log);
+        for (k, v) in envs {
+            std::env::set_var(k, v);
+        }
+    }
+    offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]))
+}
+
 /// The contracts the fake checks, and balance: every allocation freed once, every reader and
 /// executable destroyed.
 fn assert_contracts_kept(lines: &[String], what: &str) {
@@ -482,13 +497,7 @@ fn code_objects_and_bitcode_load_and_dispatch_and_mismatches_are_refused() {
 fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
     use offload::{KernelArg, LaunchDims, MemoryKind};
     let log = log_file("in-process");
-    // SAFETY: this test binary sets these before anything reads the environment; nextest runs
-    // each test in its own process.
-    unsafe {
-        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
-        std::env::set_var("FAKE_HSA_LOG", &log);
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let rt = in_process(&log, &[]);
     let device = rt.device("amdgpu", 0).unwrap();
     let image = amdgcn_jit(
         &amdgcn_bitcode("saxpy", "gfx90a"),
@@ -596,12 +605,7 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
 fn overlapping_device_copies_reach_the_runtime_as_disjoint_ones() {
     // As for CUDA: the fake's DMA engine gets overlapping copies wrong.
     let log = log_file("overlap");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
-        std::env::set_var("FAKE_HSA_LOG", &log);
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let rt = in_process(&log, &[]);
     let device = rt.device("amdgpu", 0).unwrap();
     check_overlapping_device_copies(&device, 0xc0_9e13, 400);
     let lines = std::fs::read_to_string(&log).unwrap_or_default();
@@ -617,33 +621,12 @@ fn blocks_larger_than_the_kernel_s_max_flat_workgroup_size_are_refused() {
     // OpenCL C (whose default is 256) and HIP's __launch_bounds__ compile a kernel for fewer
     // work items than the device allows: the code object's `.max_flat_workgroup_size` is the
     // limit.
-    let dir = scratch("amdgpu-flat-size");
-    let src = dir.join("bounded.cl");
-    std::fs::write(
-        &src,
+    let image = opencl_code_object(
+        "bounded",
         "__kernel void bounded(int n, __global float *y) {\n\
            unsigned i = __builtin_amdgcn_workgroup_id_x() * 64 + __builtin_amdgcn_workitem_id_x();\n\
            if (i < (unsigned)n) y[i] = 1.0f; }\n",
-    )
-    .unwrap();
-    let bc = dir.join("bounded.bc");
-    clang(&[
-        "-O2",
-        "-emit-llvm",
-        "-c",
-        "-x",
-        "cl",
-        "-cl-std=CL2.0",
-        "-target",
-        AMDGCN,
-        "-mcpu=gfx90a",
-        "-nogpulib",
-        src.to_str().unwrap(),
-        "-o",
-        bc.to_str().unwrap(),
-    ]);
-    let image = dir.join("bounded.hsaco");
-    std::fs::write(&image, amdgcn_jit(&bc, "gfx90a", &[], "bounded")).unwrap();
+    );
     for (block, ok) in [
         ("512", false),
         ("256", true),
@@ -713,27 +696,31 @@ fn a_gpu_memory_fault_fails_its_launch_instead_of_ending_the_process() {
     let image = amdgcn_jit(&amdgcn_bitcode("saxpy", "gfx90a"), "gfx90a", &[], "fault");
     let path = scratch("amdgpu-fault").join("saxpy.hsaco");
     std::fs::write(&path, image).unwrap();
-    let log = log_file("memory-fault");
-    let out = with_fake(
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--kernel",
-            "saxpy",
-            "--block",
-            "64",
-            "--arg",
-            "i32:64",
-            "--arg",
-            "f32:2",
-            "--arg",
-            "buf:f32:64",
-            "--arg",
-            "buf:f32:64",
-        ],
-        &log,
-        &[("FAKE_HSA_FAULT", "saxpy:memory")],
-    );
+    let run = |tag: &str, fault: &str| {
+        let log = log_file(tag);
+        let out = with_fake(
+            &[
+                "run",
+                path.to_str().unwrap(),
+                "--kernel",
+                "saxpy",
+                "--block",
+                "64",
+                "--arg",
+                "i32:64",
+                "--arg",
+                "f32:2",
+                "--arg",
+                "buf:f32:64",
+                "--arg",
+                "buf:f32:64",
+            ],
+            &log,
+            &[("FAKE_HSA_FAULT", fault)],
+        );
+        (out, log_lines(&log))
+    };
+    let (out, lines) = run("memory-fault", "saxpy:memory");
     let err = stderr(&out);
     assert_eq!(
         out.status.code(),
@@ -745,33 +732,9 @@ fn a_gpu_memory_fault_fails_its_launch_instead_of_ending_the_process() {
             && err.contains("restart the process"),
         "{err}"
     );
-    assert!(
-        log_lines(&log)
-            .iter()
-            .any(|l| l == "memory-fault 0xdead0000 handled")
-    );
+    assert!(lines.iter().any(|l| l == "memory-fault 0xdead0000 handled"));
     // A queue error (a trap): the launch fails naming the queue's status.
-    let log = log_file("queue-error");
-    let out = with_fake(
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--kernel",
-            "saxpy",
-            "--block",
-            "64",
-            "--arg",
-            "i32:64",
-            "--arg",
-            "f32:2",
-            "--arg",
-            "buf:f32:64",
-            "--arg",
-            "buf:f32:64",
-        ],
-        &log,
-        &[("FAKE_HSA_FAULT", "saxpy:queue")],
-    );
+    let (out, _) = run("queue-error", "saxpy:queue");
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -785,12 +748,7 @@ fn copies_from_and_to_runtime_allocated_host_memory_do_not_lock_it() {
     // ROCr cannot lock memory it allocated itself (pinned host and shared memory): such a
     // host side is used where it is.
     let log = log_file("hsa-host-memory");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
-        std::env::set_var("FAKE_HSA_LOG", &log);
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let rt = in_process(&log, &[]);
     let device = rt.device("amdgpu", 0).unwrap();
     let mut pinned = device.alloc_host::<u32>(1024).unwrap();
     for (i, v) in pinned.as_mut_slice().unwrap().iter_mut().enumerate() {
@@ -893,12 +851,7 @@ fn random_queued_work_on_several_threads_matches_the_model() {
     // As on the fake CUDA driver: add_k runs later, on the queue's thread; copies on the DMA
     // engine's. A missing wait or an early free shows as a wrong read.
     let log = log_file("random-queued");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
-        std::env::set_var("FAKE_HSA_LOG", &log);
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]));
+    let rt = in_process(&log, &[]);
     let device = rt.device("amdgpu", 0).unwrap();
     let image = amdgcn_jit(&amdgcn_bitcode("add_k", "gfx90a"), "gfx90a", &[], "add_k");
     let program = device.load(&image).unwrap();
@@ -924,32 +877,11 @@ fn random_queued_work_on_several_threads_matches_the_model() {
 fn the_gpu_check_runs_end_to_end_against_the_fake_runtime() {
     // As for CUDA: `scripts/gpu-check.sh amdgpu dry-run` through a pipe, with the fake HSA
     // runtime; every step runs, the kernels the fake does not compute go uncompared.
-    let dir = scratch("gpu-check-dry-amdgpu");
-    let out = std::process::Command::new("bash")
-        .args([
-            "-o",
-            "pipefail",
-            "-c",
-            "scripts/gpu-check.sh amdgpu dry-run 2>&1 | tee \"$LOG\"",
-        ])
-        .current_dir(repo_root())
-        .env("LOG", dir.join("gpu-check.log"))
-        .env("OFFLOAD_GPU_CHECK_DRY_DIR", dir.join("run"))
-        .output()
-        .unwrap();
-    let log = std::fs::read_to_string(dir.join("gpu-check.log")).unwrap_or_default();
-    assert!(out.status.success(), "{log}");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap())
-            .unwrap();
+    let run = gpu_check_dry_run("amdgpu", &scratch("gpu-check-dry-amdgpu"), &[]);
+    let (summary, log) = (&run.summary, &run.log);
+    assert!(run.status.success(), "{log}");
     assert_eq!(summary["failed"], 0, "{summary}");
-    let passed: Vec<&str> = summary["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["status"] == "pass")
-        .map(|c| c["check"].as_str().unwrap())
-        .collect();
+    let passed = run.passed();
     for want in [
         "device copies, overlapping both ways (400 seeded)",
         "queued and synchronous work, 3 threads x 2 queues (seeded)",

@@ -37,6 +37,21 @@ fn with_fake(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> std::process::
     offload(args, &all)
 }
 
+/// A runtime in this process with only the cuda plugin, on the fake driver logging to `log`,
+/// with `envs` set too. The environment is set before anything reads it: nextest runs each
+/// test in a process of its own.
+fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
+    // SAFETY: see above: no other thread of this process reads or writes the environment yet.
+    unsafe {
+        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
+        std::env::set_var("FAKE_CUDA_LOG", log);
+        for (k, v) in envs {
+            std::env::set_var(k, v);
+        }
+    }
+    offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]))
+}
+
 /// The driver contracts the fake checks: no call without a context, no copy outside an
 /// allocation, no free of something not allocated; and everything allocated is freed, every
 /// stream destroyed.
@@ -552,13 +567,7 @@ fn driver_errors_name_the_call_the_cuda_error_and_the_compiler_log() {
 fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
     use offload::{KernelArg, LaunchDims, MemoryKind};
     let log = log_file("in-process");
-    // SAFETY: this test binary has this one test; nothing else reads the environment yet.
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", &log);
-        std::env::set_var("OFFLOAD_PTXAS", ptxas());
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let rt = in_process(&log, &[("OFFLOAD_PTXAS", ptxas().to_str().unwrap())]);
     let device = rt.device("cuda", 0).unwrap();
     let bc = nvptx_bitcode("saxpy", "sm_90");
     let ptx = nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "in-process");
@@ -647,13 +656,7 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
 fn the_parameter_record_of_a_ptx_kernel_checks_launches_through_the_driver() {
     use offload::LaunchDims;
     let log = log_file("params");
-    // SAFETY: this test binary runs each test in its own process (nextest).
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", &log);
-        std::env::set_var("OFFLOAD_PTXAS", ptxas());
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let rt = in_process(&log, &[("OFFLOAD_PTXAS", ptxas().to_str().unwrap())]);
     let device = rt.device("cuda", 0).unwrap();
     // kernels/saxpy.c's OFFLOAD_PARAMS, through the JIT to PTX: the record is a `.global`
     // the runtime reads with cuModuleGetGlobal and cuMemcpyDtoH, as on a real GPU.
@@ -705,12 +708,7 @@ fn overlapping_device_copies_reach_the_driver_as_disjoint_ones() {
     // The fake's copy engine gets overlapping copies wrong, as a real one may: memmove's
     // result here means the layer split or staged every overlapping copy.
     let log = log_file("overlap");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", &log);
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let rt = in_process(&log, &[]);
     let device = rt.device("cuda", 0).unwrap();
     check_overlapping_device_copies(&device, 0xc0_9e12, 400);
     let lines = log_lines(&log);
@@ -733,12 +731,7 @@ fn kernels_on_two_queues_that_share_a_buffer_run_at_the_same_time() {
     // layer that held the buffer's lock across the GPU's work would let only one run.
     use offload::{KernelArg, LaunchDims, MemoryKind};
     let log = log_file("rendezvous");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", &log);
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let rt = in_process(&log, &[]);
     let device = rt.device("cuda", 0).unwrap();
     let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
                .visible .entry rendezvous(.param .u64 flags)\n{\n ret;\n}\n";
@@ -895,13 +888,7 @@ fn sticky_and_non_sticky_launch_failures_are_told_apart() {
 fn after_a_non_sticky_failure_the_device_still_works() {
     use offload::LaunchDims;
     let log = log_file("after-701");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", &log);
-        std::env::set_var("FAKE_CUDA_FAULT", "bad:701");
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let rt = in_process(&log, &[("FAKE_CUDA_FAULT", "bad:701")]);
     let device = rt.device("cuda", 0).unwrap();
     let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
                .visible .entry bad(.param .u32 n)\n{\n ret;\n}\n\
@@ -933,13 +920,7 @@ fn random_queued_work_on_several_threads_and_devices_matches_the_model() {
     // each used from several threads: the fake refuses (and logs) any call made under the
     // other device's context.
     let log = log_file("random-queued");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", &log);
-        std::env::set_var("FAKE_CUDA_DEVICES", "2");
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let rt = in_process(&log, &[("FAKE_CUDA_DEVICES", "2")]);
     let ptx = nvptx_jit(
         &nvptx_bitcode("add_k", "sm_90"),
         "sm_90",
@@ -972,46 +953,16 @@ fn random_queued_work_on_several_threads_and_devices_matches_the_model() {
     assert_contracts_kept(&lines, "random queued work");
 }
 
-/// `scripts/gpu-check.sh cuda dry-run` into `dir` (plus `envs`), through a pipe as the device
-/// tool runs it: the pipeline's status and the JSON summary.
-fn gpu_check_dry_run(dir: &Path, envs: &[(&str, &str)]) -> (std::process::ExitStatus, Value) {
-    let json = dir.join("run/summary.json");
-    let out = std::process::Command::new("bash")
-        .args([
-            "-o",
-            "pipefail",
-            "-c",
-            "scripts/gpu-check.sh cuda dry-run 2>&1 | tee \"$LOG\"",
-        ])
-        .current_dir(repo_root())
-        .env("LOG", dir.join("gpu-check.log"))
-        .env("OFFLOAD_GPU_CHECK_DRY_DIR", dir.join("run"))
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap();
-    let summary = std::fs::read_to_string(&json)
-        .map(|s| serde_json::from_str(&s).unwrap())
-        .unwrap_or(Value::Null);
-    (out.status, summary)
-}
-
 #[test]
 fn the_gpu_check_runs_end_to_end_against_the_fake_driver() {
     // The script and the check binary as they will run on a GPU machine, with the fake
     // driver: every step runs; only kernels the fake does not compute go uncompared.
-    let dir = scratch("gpu-check-dry-cuda");
-    let (status, summary) = gpu_check_dry_run(&dir, &[]);
-    let log = std::fs::read_to_string(dir.join("gpu-check.log")).unwrap_or_default();
-    assert!(status.success(), "{log}");
+    let run = gpu_check_dry_run("cuda", &scratch("gpu-check-dry-cuda"), &[]);
+    let summary = &run.summary;
+    assert!(run.status.success(), "{}", run.log);
     assert_eq!(summary["failed"], 0, "{summary}");
     assert_eq!(summary["dry_run"], true);
-    let checks: Vec<&str> = summary["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["status"] == "pass")
-        .map(|c| c["check"].as_str().unwrap())
-        .collect();
+    let checks = run.passed();
     for want in [
         "saxpy from cubin sm_90a",
         "saxpy from bitcode sm_80 (JIT for sm_90a)",
@@ -1026,10 +977,17 @@ fn the_gpu_check_runs_end_to_end_against_the_fake_driver() {
         assert!(checks.contains(&want), "'{want}' did not pass: {summary}");
     }
     // A device whose allocations fail: the check fails, and its status survives the pipe.
-    let dir = scratch("gpu-check-dry-cuda-failing");
-    let (status, summary) = gpu_check_dry_run(&dir, &[("FAKE_CUDA_MEMORY", "4096")]);
-    assert!(!status.success());
-    assert!(summary["failed"].as_u64().unwrap_or(0) > 0, "{summary}");
+    let run = gpu_check_dry_run(
+        "cuda",
+        &scratch("gpu-check-dry-cuda-failing"),
+        &[("FAKE_CUDA_MEMORY", "4096")],
+    );
+    assert!(!run.status.success());
+    assert!(
+        run.summary["failed"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        run.summary
+    );
 }
 
 #[test]
@@ -1038,12 +996,7 @@ fn pointers_from_outside_the_plugin_reach_the_driver() {
     // know: the GPU takes the pointer (a stray one faults there, not here).
     use offload::{KernelArg, LaunchDims};
     let log = log_file("foreign-pointer");
-    // SAFETY: nextest runs each test in its own process; set before anything reads them.
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", &log);
-    }
-    let rt = offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]));
+    let rt = in_process(&log, &[]);
     let device = rt.device("cuda", 0).unwrap();
     let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
                .visible .entry touch(.param .u64 p)\n{\n ret;\n}\n";

@@ -13,18 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn run(dir: PathBuf) -> Result<(), String> {
-    let exe_dir = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .parent()
-        .ok_or("no executable directory")?
-        .to_path_buf();
-    let runtime = offload::Runtime::with_plugin_dirs(std::slice::from_ref(&exe_dir), None);
-    for slot in runtime.plugins() {
-        println!("plugin   {:6} {}", slot.name(), slot.status().label());
-        if let Some(r) = slot.status().reason() {
-            println!("         {r}");
-        }
-    }
+    let (exe_dir, runtime) = offload_tests::gpu_check::runtime_beside_exe()?;
     let report = amdgpu_check::run(&dir, &runtime, &exe_dir.join("offload"))?;
     if let Ok(slot) = runtime.plugin("amdgpu")
         && let Some(j) = slot.jit_stats()
@@ -40,9 +29,7 @@ fn run(dir: PathBuf) -> Result<(), String> {
         .and_then(|d| d.info())
         .map(|i| i.compute_unit_kind)
         .unwrap_or_default();
-    let json = std::env::var_os("OFFLOAD_GPU_CHECK_JSON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dir.parent().unwrap_or(&dir).join("summary.json"));
+    let json = offload_tests::gpu_check::summary_path(&dir);
     report.write_json(&json, "amdgpu", &gfx)?;
     println!("summary  {}", json.display());
     report.result()

@@ -44,18 +44,7 @@ fn raw_cudarc_launch_us(cubin: Vec<u8>, n: u32) -> Result<(f64, f64), String> {
 }
 
 fn run(dir: PathBuf, n: u32) -> Result<(), String> {
-    let exe_dir = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .parent()
-        .ok_or("no executable directory")?
-        .to_path_buf();
-    let runtime = offload::Runtime::with_plugin_dirs(std::slice::from_ref(&exe_dir), None);
-    for slot in runtime.plugins() {
-        println!("plugin   {:6} {}", slot.name(), slot.status().label());
-        if let Some(r) = slot.status().reason() {
-            println!("         {r}");
-        }
-    }
+    let (exe_dir, runtime) = offload_tests::gpu_check::runtime_beside_exe()?;
     let mut report = cuda_check::run(&dir, &runtime, &exe_dir.join("offload"))?;
     let device_sm = runtime
         .device("cuda", 0)
@@ -96,17 +85,10 @@ fn run(dir: PathBuf, n: u32) -> Result<(), String> {
             j.compile_ns as f64 / 1e6 / j.compiles.max(1) as f64
         );
     }
-    let json = summary_path(&dir);
+    let json = offload_tests::gpu_check::summary_path(&dir);
     report.write_json(&json, "cuda", &device_sm)?;
     println!("summary  {}", json.display());
     report.result()
-}
-
-/// Where the JSON summary goes: `OFFLOAD_GPU_CHECK_JSON`, else `summary.json` next to DIR.
-fn summary_path(dir: &std::path::Path) -> PathBuf {
-    std::env::var_os("OFFLOAD_GPU_CHECK_JSON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dir.parent().unwrap_or(dir).join("summary.json"))
 }
 
 fn main() -> ExitCode {
