@@ -6,6 +6,8 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=cpp/target_info.cpp");
     println!("cargo:rerun-if-changed=cpp/work_groups.cpp");
+    println!("cargo:rerun-if-changed=cpp/item_bounds.cpp");
+    println!("cargo:rerun-if-changed=cpp/item_bounds.h");
     println!("cargo:rerun-if-env-changed=LLVM_CONFIG");
     let llvm_config = std::env::var("LLVM_CONFIG").unwrap_or_else(|_| "llvm-config-19".into());
     let include = Command::new(&llvm_config)
@@ -24,6 +26,7 @@ fn main() {
         .cpp(true)
         .file("cpp/target_info.cpp")
         .file("cpp/work_groups.cpp")
+        .file("cpp/item_bounds.cpp")
         .include(include)
         .flag("-std=c++17")
         .flag("-fno-exceptions")

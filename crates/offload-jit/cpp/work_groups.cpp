@@ -61,6 +61,8 @@
 #include "llvm/Transforms/Utils/ValueMapper.h"
 #include "llvm-c/Core.h"
 
+#include "item_bounds.h"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -246,9 +248,8 @@ bool still_reaches_context(Function *f, const Host &h, const std::set<const Func
   return false;
 }
 
-// The loop metadata that lets the vectoriser run across work items: the loop is parallel
-// (work items are independent between barriers; a data race between them is undefined on
-// every GPU too) and vectorisable. Memory accesses of `body` join the loop's access group.
+} // namespace
+
 // Whether `i` may access one of its function's stack variables (or a pointer into one). The
 // kernel's own stack variables (private arrays) are one copy for all the work items of a plain
 // loop nest, so accesses to them carry dependences from work item to work item.
@@ -264,6 +265,8 @@ bool may_access_stack(const Instruction &i) {
   }
   return false;
 }
+
+namespace {
 
 // Marks the loop of `latch` as one whose iterations (work items) are independent, so the
 // vectoriser may run across them: every memory access in `body` joins the loop's access group,
@@ -393,7 +396,8 @@ bool make_plain_work_group(const Host &h, Function *k) {
   CallInst *call = b.CreateCall(k, values);
   call->setCallingConv(k->getCallingConv());
   Value *x1 = b.CreateAdd(x, b.getInt32(1), "x.next", true, true);
-  b.CreateCondBr(b.CreateICmpULT(x1, bx), xbody, ylatch);
+  auto *xcmp = cast<ICmpInst>(b.CreateICmpULT(x1, bx));
+  b.CreateCondBr(xcmp, xbody, ylatch);
   x->addIncoming(x1, xbody);
 
   b.SetInsertPoint(ylatch);
@@ -447,8 +451,10 @@ bool make_plain_work_group(const Host &h, Function *k) {
         if (succ == xbody)
           latch = br;
   }
-  if (latch)
+  if (latch) {
     mark_parallel(c, inner, latch);
+    bound_item_loop({ybody, xbody, ylatch, x, y, z, latch, xcmp, bx, local});
+  }
   return true;
 }
 

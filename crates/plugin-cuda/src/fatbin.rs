@@ -2,7 +2,8 @@
 //!
 //! The format (reverse-engineered by the community; NVIDIA does not publish it) is a 16-byte
 //! header (`0xBA55ED50`, version 1, header size 16, size of what follows), then entries: each a
-//! header (kind at 0: 1 PTX, 2 cubin; header size at 4; payload size at 8; SM number at 28)
+//! header (kind at 0: 1 PTX, 2 or 0x10 cubin; header size at 4; payload size at 8; SM number
+//! at 28)
 //! followed by its payload. A payload that is neither an ELF nor PTX text is compressed (the
 //! flag bits for that changed across toolkits, the payloads' first bytes did not). Several fat binaries may be concatenated. Reading is
 //! bounded and every malformed field is an error that names it.
@@ -110,6 +111,9 @@ pub fn entries(bytes: &[u8]) -> Result<Vec<Entry<'_>>> {
                 return Err(bad(format!("truncated entry header at byte {here}")));
             }
             let entry = &rest[e..end];
+            // Kind 0x10 is a second ELF kind: cuobjdump lists and extracts such entries as
+            // cubins (seen in CUDA 11-13 libraries). Its payload is checked as any cubin's is
+            // (an ELF, or compressed and left to the driver); other kinds are not loadable.
             let kind = match u16_at(entry, 0) {
                 1 => EntryKind::Ptx,
                 2 | 0x10 => EntryKind::Cubin,
@@ -277,6 +281,22 @@ mod tests {
         let e = pick((6, 1)).unwrap_err().to_string();
         assert!(
             e.contains("5 entries") && e.contains("none runs on sm_61"),
+            "{e}"
+        );
+        // Kind 0x10 is a cubin like kind 2; other kinds are listed and refused by number.
+        let alt = build(&[(EntryKind::Other(0x10), 90, &c90)]);
+        let alt = entries(&alt).unwrap();
+        assert_eq!((alt[0].kind, alt[0].compressed), (EntryKind::Cubin, false));
+        assert_eq!(
+            select(&alt, Sm::device(9, 0)).unwrap().label(),
+            "cubin sm_90"
+        );
+        let odd = build(&[(EntryKind::Other(0x40), 90, &c90)]);
+        let e = select(&entries(&odd).unwrap(), Sm::device(9, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("entry kind 64 at byte 16 is not loadable"),
             "{e}"
         );
         // Every truncation and byte flip is an error or a list, never a panic.
