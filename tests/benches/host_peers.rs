@@ -7,7 +7,12 @@
 //! bit, across all of them.
 //!
 //!     scripts/bench-host-peers.sh        (installs PoCL and libomp if missing, then runs this)
-//!     cargo bench -p offload-tests --bench host_peers
+//!     cargo bench -p offload-tests --bench host_peers [-- WORD...]
+//!
+//! `OFFLOAD_BENCH_THREADS` (default `1,<cores>`) lists the thread counts, each measured in a
+//! process of its own with every runtime set to it; `OFFLOAD_BENCH_ROUNDS` (default 5) the rounds.
+//! Each ratio is given with its range over the rounds, each runtime with the spread of its
+//! launches inside a process (median / fastest).
 //!
 //! Needs the workspace built in release (`cargo build --release --workspace`).
 
@@ -171,9 +176,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Runs `c` on the host plugin from `image`: (median ms, the result buffer after the first
-/// launch).
-fn offload_run(rt: &offload::Runtime, image: &Path, c: &Case) -> (f64, Vec<u8>) {
+/// One runtime's times in one round: the median and the fastest of its repeated launches.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    median: f64,
+    min: f64,
+}
+
+/// Runs `c` on the host plugin from `image`: its timing and the result buffer after the first
+/// launch.
+fn offload_run(rt: &offload::Runtime, image: &Path, c: &Case) -> (Timing, Vec<u8>) {
     let device = rt.device("host", 0).unwrap();
     let program = device.load(&std::fs::read(image).unwrap()).unwrap();
     let kernel = program.kernel(c.symbol).unwrap();
@@ -222,7 +234,14 @@ fn offload_run(rt: &offload::Runtime, image: &Path, c: &Case) -> (f64, Vec<u8>) 
             times.push(dt);
         }
     }
-    (median(times), result)
+    let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    (
+        Timing {
+            median: median(times),
+            min,
+        },
+        result,
+    )
 }
 
 /// Compiles a runner; `None` (with the reason printed) if it cannot be built here.
@@ -257,7 +276,8 @@ fn runner(name: &str, extra: &[&str]) -> Option<PathBuf> {
     Some(out)
 }
 
-fn peer(runner: &Path, c: &Case) -> Option<(f64, Vec<u8>)> {
+/// Runs `c` on a peer: its timing, its result and the threads (or compute units) it used.
+fn peer(runner: &Path, c: &Case) -> Option<(Timing, Vec<u8>, u32)> {
     let out = scratch("peers").join(format!(
         "{}-{}.out",
         runner.file_name()?.to_str()?,
@@ -286,11 +306,75 @@ fn peer(runner: &Path, c: &Case) -> Option<(f64, Vec<u8>)> {
         );
         return None;
     }
-    let ms: f64 = String::from_utf8_lossy(&o.stdout).trim().parse().ok()?;
-    Some((ms, std::fs::read(&out).unwrap_or_default()))
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut words = text.split_whitespace();
+    let median: f64 = words.next()?.parse().ok()?;
+    let min: f64 = words.next()?.parse().ok()?;
+    let threads: u32 = words.next()?.parse().ok()?;
+    Some((
+        Timing { median, min },
+        std::fs::read(&out).unwrap_or_default(),
+        threads,
+    ))
 }
 
+/// The thread counts to measure (`OFFLOAD_BENCH_THREADS=1,2`; default 1 and every core).
+fn thread_counts() -> Vec<u32> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let mut counts: Vec<u32> = match std::env::var("OFFLOAD_BENCH_THREADS") {
+        Ok(v) => {
+            v.split(',')
+                .map(|t| {
+                    t.trim().parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
+                        panic!("OFFLOAD_BENCH_THREADS: '{t}' is not a thread count")
+                    })
+                })
+                .collect()
+        }
+        Err(_) => vec![1, cores],
+    };
+    counts.dedup();
+    counts
+}
+
+/// Each thread count runs in a process of its own (the host plugin sizes its pool once per
+/// process), with every runtime told the same count.
 fn main() {
+    if std::env::var_os("OFFLOAD_BENCH_CHILD").is_some() {
+        return table();
+    }
+    let mut failed = false;
+    for threads in thread_counts() {
+        let t = threads.to_string();
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(std::env::args().skip(1))
+            .envs([
+                ("OFFLOAD_BENCH_CHILD", "1"),
+                ("OFFLOAD_HOST_THREADS", t.as_str()),
+                ("OMP_NUM_THREADS", t.as_str()),
+                ("POCL_CPU_MAX_CU_COUNT", t.as_str()),
+                ("POCL_MAX_PTHREAD_COUNT", t.as_str()),
+            ])
+            .status()
+            .unwrap();
+        failed |= !status.success();
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+/// `median [lowest-highest]` of per-round ratios.
+fn ratio_text(ratios: &[f64]) -> String {
+    if ratios.is_empty() {
+        return "-".into();
+    }
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(0.0, f64::max);
+    format!("{:.2}x [{lo:.2}-{hi:.2}]", median(ratios.to_vec()))
+}
+
+fn table() {
     let rt = host_runtime();
     let threads = rt.device("host", 0).unwrap().info().unwrap().name;
     let pocl = runner("pocl_runner", &[]);
@@ -302,15 +386,19 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
-        .unwrap_or(3);
+        .unwrap_or(5);
     println!(
-        "host peers: offload host plugin ({threads}) vs PoCL vs native OpenMP; median of {rounds} rounds of the four in turn, each the median of repeated launches"
+        "\nhost peers: offload host plugin ({threads}) vs PoCL vs native OpenMP; {rounds} rounds of the four in turn, each runtime's time the median over rounds of the median of its repeated launches"
     );
     println!(
-        "{:<38} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}  results",
-        "kernel", "offload.so", "offload.bc", "PoCL", "OpenMP", "bc/PoCL", "bc/OMP", "so/PoCL",
+        "  ratios: median over rounds of the round's ratio [lowest-highest]; spread: median over rounds of a runtime's median/min launch inside its process (.so bc PoCL OpenMP)"
+    );
+    println!(
+        "{:<38} {:>10} {:>10} {:>10} {:>10} {:>19} {:>19}  {:<23} results",
+        "kernel", "offload.so", "offload.bc", "PoCL", "OpenMP", "bc/PoCL", "bc/OMP", "spread",
     );
     let mut all_equal = true;
+    let mut peer_threads = (None, None);
     // `cargo bench ... -- WORD...`: only the kernels whose label contains one of the words.
     let words: Vec<String> = std::env::args()
         .skip(1)
@@ -320,83 +408,104 @@ fn main() {
         .into_iter()
         .filter(|c| words.is_empty() || words.iter().any(|w| c.label.contains(w.as_str())))
     {
-        // Rounds of the four in turn, so that a slow spell of the machine hits all of them;
-        // each time is the median of its rounds (each the median of repeated launches).
-        let mut so = (Vec::new(), Vec::new());
-        let mut bc = (Vec::new(), Vec::new());
-        let mut p: Option<(Vec<f64>, Vec<u8>)> = Some((Vec::new(), Vec::new()));
-        let mut o: Option<(Vec<f64>, Vec<u8>)> = Some((Vec::new(), Vec::new()));
-        for round in 0..rounds {
-            let runs = [
+        // Rounds of the four in turn, so that a slow spell of the machine hits all of them.
+        // Per runtime (.so, bc, PoCL, OpenMP): its timing in each round, and its first result.
+        let mut timings: [Vec<Option<Timing>>; 4] = Default::default();
+        let mut results: [Option<Vec<u8>>; 4] = Default::default();
+        for _ in 0..rounds {
+            let mut runs: [Option<(Timing, Vec<u8>)>; 4] = [
                 Some(offload_run(&rt, &host_kernel(c.kernel), &c)),
                 Some(offload_run(&rt, &host_bitcode(c.kernel), &c)),
-                pocl.as_deref().and_then(|r| peer(r, &c)),
-                omp.as_deref().and_then(|r| peer(r, &c)),
+                None,
+                None,
             ];
-            let [rs, rb, rp, ro] = runs;
-            for (slot, run) in [(&mut so, rs), (&mut bc, rb)] {
-                let (ms, result) = run.expect("offload runs");
-                slot.0.push(ms);
-                if round == 0 {
-                    slot.1 = result;
+            for (i, (r, slot)) in [(&pocl, &mut peer_threads.0), (&omp, &mut peer_threads.1)]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some((t, result, n)) = r.as_deref().and_then(|r| peer(r, &c)) {
+                    runs[2 + i] = Some((t, result));
+                    *slot = Some(n);
                 }
             }
-            for (slot, run) in [(&mut p, rp), (&mut o, ro)] {
-                match (slot.as_mut(), run) {
-                    (Some(s), Some((ms, result))) => {
-                        s.0.push(ms);
-                        if round == 0 {
-                            s.1 = result;
-                        }
-                    }
-                    _ => *slot = None,
+            for (i, run) in runs.into_iter().enumerate() {
+                timings[i].push(run.as_ref().map(|r| r.0));
+                if let Some((_, result)) = run {
+                    results[i].get_or_insert(result);
                 }
             }
         }
-        let so = (median(so.0), so.1);
-        let bc = (median(bc.0), bc.1);
-        let p = p.map(|(t, r)| (median(t), r));
-        let o = o.map(|(t, r)| (median(t), r));
-        let mut same = so.1 == bc.1;
-        for other in [&p, &o].into_iter().flatten() {
-            if !c.micro && !other.1.is_empty() {
-                same &= other.1 == so.1;
+        // A runtime that failed in any round is left out.
+        let complete = |i: usize| -> Option<Vec<Timing>> { timings[i].iter().copied().collect() };
+        let series: Vec<Option<Vec<Timing>>> = (0..4).map(complete).collect();
+        let time = |i: usize| {
+            series[i]
+                .as_ref()
+                .map(|t| median(t.iter().map(|t| t.median).collect()))
+        };
+        let ratios = |i: usize| -> Vec<f64> {
+            match (&series[1], &series[i]) {
+                (Some(bc), Some(other)) => bc
+                    .iter()
+                    .zip(other)
+                    .map(|(a, b)| a.median / b.median)
+                    .collect(),
+                _ => vec![],
+            }
+        };
+        let spread = (0..4)
+            .map(|i| {
+                series[i].as_ref().map_or("-".to_string(), |t| {
+                    format!(
+                        "{:.2}",
+                        median(t.iter().map(|t| t.median / t.min).collect())
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let reference = results[0].clone().unwrap_or_default();
+        let mut same = results[1].as_ref() == Some(&reference);
+        for other in results[2..].iter().flatten() {
+            if !c.micro && !other.is_empty() {
+                same &= *other == reference;
             }
         }
         all_equal &= same;
-        let unit = |ms: f64| {
-            if c.micro {
-                format!("{:.2}us", ms * 1e3)
-            } else {
-                format!("{ms:.3}ms")
-            }
+        let unit = |ms: Option<f64>| match ms {
+            None => "-".to_string(),
+            Some(ms) if c.micro => format!("{:.2}us", ms * 1e3),
+            Some(ms) => format!("{ms:.3}ms"),
         };
-        let ratio =
-            |a: f64, b: Option<f64>| b.map_or("-".to_string(), |b| format!("{:.2}x", a / b));
         println!(
-            "{:<38} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}  {}",
+            "{:<38} {:>10} {:>10} {:>10} {:>10} {:>19} {:>19}  {:<23} {}",
             c.label,
-            unit(so.0),
-            unit(bc.0),
-            p.as_ref().map_or("-".into(), |p| unit(p.0)),
-            o.as_ref().map_or("-".into(), |o| unit(o.0)),
-            ratio(bc.0, p.as_ref().map(|p| p.0)),
-            ratio(bc.0, o.as_ref().map(|o| o.0)),
-            ratio(so.0, p.as_ref().map(|p| p.0)),
+            unit(time(0)),
+            unit(time(1)),
+            unit(time(2)),
+            unit(time(3)),
+            ratio_text(&ratios(2)),
+            ratio_text(&ratios(3)),
+            spread,
             if same { "equal" } else { "DIFFER" }
         );
-        if c.label.starts_with("empty kernel, 10M") {
-            if let Some(o) = &o {
-                let items = f64::from(c.grid[0]) * f64::from(c.block[0]);
-                println!(
-                    "  per-work-item overhead of the .so path: {:.2} ns (offload {:.2} ns, a direct call loop {:.2} ns per item, all threads)",
-                    (so.0 - o.0) * 1e6 / items,
-                    so.0 * 1e6 / items,
-                    o.0 * 1e6 / items
-                );
-            }
+        if c.label.starts_with("empty kernel, 10M")
+            && let (Some(so), Some(o)) = (time(0), time(3))
+        {
+            let items = f64::from(c.grid[0]) * f64::from(c.block[0]);
+            println!(
+                "  per-work-item overhead of the .so path: {:.2} ns (offload {:.2} ns, a direct call loop {:.2} ns per item, all threads)",
+                (so - o) * 1e6 / items,
+                so * 1e6 / items,
+                o * 1e6 / items
+            );
         }
     }
+    println!(
+        "  (PoCL used {} compute units, OpenMP {} threads)",
+        peer_threads.0.map_or("-".into(), |n| n.to_string()),
+        peer_threads.1.map_or("-".into(), |n| n.to_string())
+    );
     if !all_equal {
         println!("RESULTS DIFFER between implementations (see above)");
         std::process::exit(1);

@@ -314,3 +314,48 @@ fn every_work_item_sees_its_own_ids_in_three_dimensions() {
     }
     assert_eq!(seen, items);
 }
+
+#[test]
+fn large_allocations_are_zeroed_mappings_on_huge_pages() {
+    // The system's transparent huge page setting decides what the hint gives.
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let huge_pages_possible = !thp.contains("[never]") && !thp.is_empty();
+    let rt = host_runtime();
+    let device = rt.device("host", 0).unwrap();
+    for size in [4096u64, (2 << 20) - 256, 2 << 20, (8 << 20) + 12, 64 << 20] {
+        let buf = device.alloc_buffer(size).unwrap();
+        let addr = buf.ptr().0;
+        assert_eq!(addr % 256, 0, "{size} bytes at {addr:#x}");
+        let mut back = vec![1u8; size as usize];
+        buf.read(&mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0), "{size} bytes: not zeroed");
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        buf.write(&data).unwrap();
+        buf.read(&mut back).unwrap();
+        assert!(back == data, "{size} bytes: round trip");
+        if size < 2 << 20 {
+            continue;
+        }
+        assert_eq!(
+            addr % (2 << 20),
+            0,
+            "{size} bytes at {addr:#x}: not on a huge page"
+        );
+        // A mapping of its own, with the hint (whether the kernel then grants huge pages
+        // depends on its free memory).
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{addr:x}-");
+        let flags = smaps
+            .lines()
+            .skip_while(|l| !l.starts_with(&start))
+            .find(|l| l.starts_with("VmFlags:"))
+            .unwrap_or_else(|| panic!("{size} bytes at {addr:#x}: no mapping starts there"));
+        if huge_pages_possible {
+            assert!(
+                flags.contains(" hg"),
+                "{size} bytes: no huge page hint: {flags}"
+            );
+        }
+    }
+}

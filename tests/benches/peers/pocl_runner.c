@@ -1,7 +1,7 @@
 /* The PoCL side of the host peer benchmark: the same kernels in OpenCL C, the same inputs and
  * decomposition (global = grid x block, local = block), timed as enqueue + clFinish.
  *
- *   pocl_runner KERNEL SIZE REPS OUT   prints "<median ms>" and writes the result to OUT */
+ *   pocl_runner KERNEL SIZE REPS OUT   prints "<median ms> <min ms> <compute units>" and writes the result to OUT */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <stdio.h>
@@ -159,7 +159,9 @@ int main(int argc, char **argv) {
     }
   }
   qsort(times, reps, sizeof *times, cmp);
-  printf("%.6f\n", times[reps / 2]);
+  cl_uint units = 0;
+  CHECK(clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL));
+  printf("%.6f %.6f %u\n", times[reps / 2], times[0], units);
   FILE *f = fopen(argv[4], "wb");
   if (f) {
     if (result_bytes)
