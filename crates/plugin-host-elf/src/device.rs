@@ -2,6 +2,7 @@
 //! Handles, memory tracking, queues, events, argument checks and the JIT are the layer's.
 
 use crate::launch::PreparedCall;
+use crate::pool::Pool;
 use crate::program::Program;
 use offload_core::image::ImageKind;
 use offload_core::jit::{JitTarget, ParamType, PostProcess};
@@ -32,7 +33,7 @@ unsafe impl Sync for HostKernel {}
 #[derive(Debug)]
 pub struct HostDevice {
     index: usize,
-    pool: Arc<rayon::ThreadPool>,
+    pool: Arc<Pool>,
     threads: u32,
     allocated: AtomicU64,
 }
@@ -101,7 +102,7 @@ fn layout(size: u64) -> Result<Layout> {
 }
 
 impl HostDevice {
-    pub fn new(index: usize, pool: Arc<rayon::ThreadPool>, threads: u32) -> Self {
+    pub fn new(index: usize, pool: Arc<Pool>, threads: u32) -> Self {
         HostDevice {
             index,
             pool,

@@ -2,6 +2,7 @@
 //! each block run by `cpp/exec.c` (direct calls prepared once per launch, fibers for kernels
 //! with barriers, the JIT's work-group functions called once per block, faults caught).
 
+use crate::pool::Pool;
 use libffi::middle::{Cif, Type};
 use offload_core::{Error, KernelArg, LaunchDims, Result};
 use std::cell::Cell;
@@ -429,13 +430,13 @@ impl PreparedCall {
     /// Runs the whole grid: blocks handed to `pool`'s workers in chunks sized to the grid (see
     /// [`schedule`]), or inline when there is one block or one worker. The first fault or
     /// barrier error stops the launch (blocks not yet started are skipped) and is returned.
-    pub fn run(&self, name: &str, dims: &LaunchDims, pool: &rayon::ThreadPool) -> Result<()> {
+    pub fn run(&self, name: &str, dims: &LaunchDims, pool: &Pool) -> Result<()> {
         // SAFETY: installs the plugin's fault handler once; no preconditions.
         if unsafe { offload_guard_install() } != 0 {
             return Err(Stop::Guard.error(name, dims));
         }
         let blocks = dims.blocks();
-        let threads = pool.current_num_threads() as u64;
+        let threads = pool.threads() as u64;
         if let Some(wg) = self.work_group {
             if blocks == 1 || threads == 1 {
                 return self
@@ -467,11 +468,11 @@ impl PreparedCall {
 /// large (one counter update per many blocks) and shrink toward the end of the grid, where
 /// they keep the workers finishing together. The first error stops every worker at its next
 /// range and is returned.
-fn schedule<F>(pool: &rayon::ThreadPool, blocks: u64, run: F) -> Result<(), Stop>
+fn schedule<F>(pool: &Pool, blocks: u64, run: F) -> Result<(), Stop>
 where
     F: Fn(u64, u64) -> Result<(), Stop> + Sync,
 {
-    let workers = pool.current_num_threads() as u64;
+    let workers = pool.threads() as u64;
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let failure: Mutex<Option<Stop>> = Mutex::new(None);
@@ -506,12 +507,7 @@ where
     // No more helpers than there are blocks for them: a one-block launch (an OpenMP target
     // region, called once) runs on the calling thread alone.
     let helpers = workers.min(blocks).saturating_sub(1);
-    pool.in_place_scope(|s| {
-        for _ in 0..helpers {
-            s.spawn(|_| work());
-        }
-        work();
-    });
+    pool.run(helpers as usize, &work);
     match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(s) => Err(s),
         None => Ok(()),

@@ -8,7 +8,8 @@
 //! - Images are loaded from memory through a sealed `memfd`: no file is ever written.
 //! - A launch of grid G and block B runs the kernel once per work item (G·B calls). Blocks are
 //!   spread over one worker pool per plugin (sized to the machine, `OFFLOAD_HOST_THREADS`
-//!   overrides); the work items of a block run in order on one worker. The kernel reads its
+//!   overrides; idle workers wait by `OFFLOAD_HOST_WAIT`, see `pool.rs`); the work items of a
+//!   block run in order on one worker. The kernel reads its
 //!   IDs from a context the plugin owns, through a function pointer it sets at load.
 //! - Arguments are passed with the real C ABI through libffi, so `float`/`double` arguments
 //!   arrive in float registers.
@@ -24,6 +25,7 @@
 mod device;
 mod host_cpu;
 mod launch;
+mod pool;
 mod probe;
 mod program;
 
@@ -32,6 +34,7 @@ use offload_core::image::{ElfRequirements, ImageKind, elf_type, machine};
 use offload_core::jit::JitTarget;
 use offload_core::{ElfImage, Error, ImageClaim, Result};
 use offload_plugin_common::Backend;
+pub use pool::{DEFAULT_SPIN_US, ENV_SPIN_US, ENV_WAIT};
 use std::sync::{Arc, OnceLock};
 
 pub use launch::HostContext;
@@ -86,7 +89,7 @@ impl HostJit {
 /// The host backend: its worker pool and devices are made on `init`.
 #[derive(Debug, Default)]
 pub struct HostBackend {
-    pool: OnceLock<(Arc<rayon::ThreadPool>, u32)>,
+    pool: OnceLock<(Arc<pool::Pool>, u32)>,
 }
 
 impl HostBackend {
@@ -126,13 +129,8 @@ impl Backend for HostBackend {
         let count = offload_core::env::u32_in_range(&[ENV_DEVICES], 0, 256, 1)?;
         let default_threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         let threads = offload_core::env::u32_in_range(&[ENV_THREADS], 1, 1024, default_threads)?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads as usize)
-            .thread_name(|i| format!("offload-host-{i}"))
-            .build()
-            .map_err(|e| {
-                Error::System(format!("cannot start {threads} host worker threads: {e}"))
-            })?;
+        let wait = pool::Wait::from_env()?;
+        let pool = pool::Pool::new(threads as usize, wait)?;
         let _ = self.pool.set((Arc::new(pool), threads));
         Ok(count as usize)
     }
