@@ -8,6 +8,7 @@ fn main() {
     println!("cargo:rerun-if-changed=cpp/work_groups.cpp");
     println!("cargo:rerun-if-changed=cpp/item_bounds.cpp");
     println!("cargo:rerun-if-changed=cpp/item_bounds.h");
+    println!("cargo:rerun-if-changed=cpp/split_codegen.cpp");
     println!("cargo:rerun-if-env-changed=LLVM_CONFIG");
     let llvm_config = std::env::var("LLVM_CONFIG").unwrap_or_else(|_| "llvm-config-19".into());
     let include = Command::new(&llvm_config)
@@ -27,6 +28,7 @@ fn main() {
         .file("cpp/target_info.cpp")
         .file("cpp/work_groups.cpp")
         .file("cpp/item_bounds.cpp")
+        .file("cpp/split_codegen.cpp")
         .include(include)
         .flag("-std=c++17")
         .flag("-fno-exceptions")

@@ -55,7 +55,7 @@ pub fn emits_assembly(triple: &str) -> bool {
 
 /// Error diagnostics collected by the context's handler.
 #[derive(Default)]
-struct Diagnostics(Vec<String>);
+pub(crate) struct Diagnostics(pub(crate) Vec<String>);
 
 /// # Safety
 /// `message` must be null or a string allocated by LLVM.
@@ -90,7 +90,7 @@ extern "C" fn diagnostic_handler(info: llvm_sys::prelude::LLVMDiagnosticInfoRef,
 
 /// Installs the handler. `diagnostics` must be declared before the context so that it is
 /// dropped after it (locals drop in reverse order), on every return path.
-fn install_diagnostic_handler(context: &Context, diagnostics: &mut Diagnostics) {
+pub(crate) fn install_diagnostic_handler(context: &Context, diagnostics: &mut Diagnostics) {
     // SAFETY: the handler only touches `diagnostics`, which outlives the context (see above).
     unsafe {
         llvm_sys::core::LLVMContextSetDiagnosticHandler(
@@ -108,7 +108,12 @@ fn known_list(mut names: Vec<String>) -> String {
 }
 
 /// The target and a machine for the CPU, after checking that LLVM knows both.
-fn target_machine(triple: &str, cpu: &str, features: &str, opt: u8) -> Result<TargetMachine> {
+pub(crate) fn target_machine(
+    triple: &str,
+    cpu: &str,
+    features: &str,
+    opt: u8,
+) -> Result<TargetMachine> {
     initialize_targets();
     let target = Target::from_triple(&TargetTriple::create(triple)).map_err(|e| {
         Error::Unsupported(format!(
@@ -373,6 +378,21 @@ pub fn compile(
         out.write(module.print_to_string().to_bytes())?;
     }
     if !options.skip_opt {
+        let parts = crate::split::parts(&module, options, &triple)?;
+        if parts > 1 {
+            let bytes = crate::split::compile(
+                &module,
+                &tm,
+                &target.cpu,
+                &features,
+                options.opt_level,
+                parts,
+            )?;
+            if !diagnostics.0.is_empty() {
+                return Err(Error::CompileFailure(diagnostics.0.join("; ")));
+            }
+            return Ok(CompileOutput { bytes, signatures });
+        }
         module
             .run_passes(
                 &format!("default<O{}>", options.opt_level),

@@ -19,6 +19,7 @@ pub mod ffi;
 pub mod phases;
 pub mod postprocess;
 pub mod serve;
+pub mod split;
 mod target_info;
 
 use offload_core::Result;

@@ -104,25 +104,29 @@ fn sealed_memfd(bytes: &[u8]) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-/// `ld.lld -shared ARGS -o - /proc/self/fd/N`, with the object in a memfd.
-fn link(object: &[u8], args: &[String]) -> Result<Vec<u8>> {
+/// `ld.lld ARGS -o - /proc/self/fd/N...`, each object in a memfd.
+fn lld(objects: &[&[u8]], args: &[String]) -> Result<Vec<u8>> {
     use std::os::unix::process::CommandExt;
     let lld = linker()?;
-    let fd = sealed_memfd(object)?;
-    let raw = fd.as_raw_fd();
+    let fds = objects
+        .iter()
+        .map(|o| sealed_memfd(o))
+        .collect::<Result<Vec<OwnedFd>>>()?;
+    let raws: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
     let mut cmd = Command::new(&lld.path);
-    cmd.arg("-shared")
-        .args(args)
+    cmd.args(args)
         .args(["-o", "-"])
-        .arg(format!("/proc/self/fd/{raw}"))
+        .args(raws.iter().map(|raw| format!("/proc/self/fd/{raw}")))
         .stdin(Stdio::null());
-    // SAFETY: runs in the child before exec: fcntl and prctl are async-signal-safe. The memfd
-    // must survive exec (it is the linker's input), and the linker must not outlive the
+    // SAFETY: runs in the child before exec: fcntl and prctl are async-signal-safe. The memfds
+    // must survive exec (they are the linker's input), and the linker must not outlive the
     // compile thread that waits for it.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+            for &raw in &raws {
+                if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             Ok(())
@@ -131,7 +135,7 @@ fn link(object: &[u8], args: &[String]) -> Result<Vec<u8>> {
     let out = cmd
         .output()
         .map_err(|e| Error::System(format!("running {}: {e}", lld.path.display())))?;
-    drop(fd);
+    drop(fds);
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         // lld repeats an error per reference; the distinct error lines say it all.
@@ -151,7 +155,8 @@ fn link(object: &[u8], args: &[String]) -> Result<Vec<u8>> {
             ""
         };
         return Err(Error::CompileFailure(format!(
-            "linking the generated object with {} failed ({}): {}{hint}",
+            "linking the generated object{} with {} failed ({}): {}{hint}",
+            if objects.len() > 1 { "s" } else { "" },
             lld.path.display(),
             out.status,
             errors.join("; ")
@@ -164,6 +169,19 @@ fn link(object: &[u8], args: &[String]) -> Result<Vec<u8>> {
         )));
     }
     Ok(out.stdout)
+}
+
+/// `ld.lld -shared ARGS`: the loadable image of one object.
+fn link(object: &[u8], args: &[&str]) -> Result<Vec<u8>> {
+    let mut all = vec!["-shared".to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    lld(&[object], &all)
+}
+
+/// One relocatable object of several (`ld.lld -r`): the parts of a split compile.
+pub fn join_objects(objects: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let objects: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
+    lld(&objects, &["-r".to_string()])
 }
 
 /// `ptxas -arch=ARCH -O<opt> -o /dev/stdout /proc/self/fd/N`, with the PTX in a memfd.
@@ -219,7 +237,7 @@ pub fn run(post: &PostProcess, generated: Vec<u8>, opt: u8) -> Result<Vec<u8>> {
         PostProcess::LinkHostSharedObject => link(&generated, &[]),
         PostProcess::LinkAmdgpuCodeObject { gfx } => link(
             &generated,
-            &["--no-undefined".into(), format!("-plugin-opt=mcpu={gfx}")],
+            &["--no-undefined", &format!("-plugin-opt=mcpu={gfx}")],
         ),
     }
 }

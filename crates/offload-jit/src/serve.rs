@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// a test can prove that compiles run at the same time without timing them.
 pub const ENV_RENDEZVOUS: &str = "OFFLOAD_JIT_WORKER_RENDEZVOUS";
 /// Stack of a compile thread (LLVM recurses deeply on large functions).
-const COMPILE_STACK: usize = 16 << 20;
+pub(crate) const COMPILE_STACK: usize = 16 << 20;
 /// The descriptor crash notes go to.
 const NOTES_FD: i32 = 3;
 
