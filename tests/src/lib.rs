@@ -699,3 +699,37 @@ pub fn gpu_check_dry_run(backend: &str, dir: &Path, envs: &[(&str, &str)]) -> Dr
             .unwrap_or(serde_json::Value::Null),
     }
 }
+
+/// C `source` (against the kernel header) compiled by clang-19 -O2 for the host both ways: a
+/// shared object (called once per work item) and bitcode (the JIT's work-group functions).
+/// Returns their paths, `TAG.so` and `TAG.bc` in this process's scratch directory.
+pub fn host_kernel_from_source(tag: &str, source: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch("host-src");
+    let c = dir.join(format!("{tag}.c"));
+    std::fs::write(&c, source).unwrap();
+    let include = repo_root().join("include");
+    let so = dir.join(format!("{tag}.so"));
+    let bc = dir.join(format!("{tag}.bc"));
+    clang(&[
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-I",
+        include.to_str().unwrap(),
+        c.to_str().unwrap(),
+        "-o",
+        so.to_str().unwrap(),
+    ]);
+    clang(&[
+        "-O2",
+        "-fPIC",
+        "-emit-llvm",
+        "-c",
+        "-I",
+        include.to_str().unwrap(),
+        c.to_str().unwrap(),
+        "-o",
+        bc.to_str().unwrap(),
+    ]);
+    (so, bc)
+}

@@ -10,7 +10,7 @@
 use offload::{KernelArg, LaunchDims};
 use offload_core::rand::XorShift;
 use offload_tests::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn pick<'a, T>(r: &mut XorShift, from: &'a [T]) -> &'a T {
     &from[(r.next_u64() % from.len() as u64) as usize]
@@ -108,29 +108,6 @@ OFFLOAD_KERNEL void k{k}(int n, int m, unsigned u, long l, const int *p, int *ou
     s
 }
 
-fn compile(tag: &str, source: &str) -> (PathBuf, PathBuf) {
-    let dir = scratch("item-bounds");
-    let c = dir.join(format!("{tag}.c"));
-    std::fs::write(&c, source).unwrap();
-    let include = repo_root().join("include");
-    let so = dir.join(format!("{tag}.so"));
-    let bc = dir.join(format!("{tag}.bc"));
-    let common = ["-O2", "-fPIC", "-w", "-I", include.to_str().unwrap()];
-    let mut a: Vec<&str> = common.to_vec();
-    a.extend([c.to_str().unwrap(), "-shared", "-o", so.to_str().unwrap()]);
-    clang(&a);
-    let mut a: Vec<&str> = common.to_vec();
-    a.extend([
-        c.to_str().unwrap(),
-        "-emit-llvm",
-        "-c",
-        "-o",
-        bc.to_str().unwrap(),
-    ]);
-    clang(&a);
-    (so, bc)
-}
-
 /// Runs kernel `name` of `image` with the given scalars over `dims` and returns `out`.
 fn launch(
     device: &offload::Device,
@@ -173,7 +150,7 @@ fn generated_guards_give_the_shared_objects_results() {
     let device = rt.device("host", 0).unwrap();
     for seed in [0x5eed_0001u64, 0x5eed_0002] {
         let src = source(seed, KERNELS);
-        let (so, bc) = compile(&format!("gen-{seed:x}"), &src);
+        let (so, bc) = host_kernel_from_source(&format!("gen-{seed:x}"), &src);
         let so_p = device.load(&std::fs::read(&so).unwrap()).unwrap();
         let bc_p = device.load(&std::fs::read(&bc).unwrap()).unwrap();
         let mut r = XorShift(seed ^ 0x9e37_79b9_7f4a_7c15);
@@ -288,7 +265,7 @@ fn common_guards_become_loop_bounds_without_masked_memory() {
             "OFFLOAD_KERNEL void k_{name}(int n, float a, const float *x, float *y, const int *limit) {{ (void)limit; {body} }}\n"
         ));
     }
-    let (_, bc) = compile("shapes", &src);
+    let (_, bc) = host_kernel_from_source("shapes", &src);
     let ir = optimised_ir(&bc, "shapes");
     for (name, _) in shapes {
         let wg = function(&ir, &format!("__offload_wg_k_{name}"));
@@ -311,7 +288,7 @@ fn a_load_after_a_guard_is_not_moved_before_it() {
           if (i >= (unsigned)p[0]) return;\n\
           out[i] = 1;\n\
         }\n";
-    let (so, bc) = compile("late-load", src);
+    let (so, bc) = host_kernel_from_source("late-load", src);
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
     for image in [so, bc] {

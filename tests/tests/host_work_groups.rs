@@ -304,40 +304,9 @@ fn bitcode_kernels_become_work_group_functions_with_the_shared_objects_results()
     }
 }
 
-fn kernel_from(tag: &str, source: &str) -> (PathBuf, PathBuf) {
-    let dir = scratch("host-wg-src");
-    let c = dir.join(format!("{tag}.c"));
-    std::fs::write(&c, source).unwrap();
-    let include = repo_root().join("include");
-    let so = dir.join(format!("{tag}.so"));
-    let bc = dir.join(format!("{tag}.bc"));
-    clang(&[
-        "-O2",
-        "-fPIC",
-        "-shared",
-        "-I",
-        include.to_str().unwrap(),
-        c.to_str().unwrap(),
-        "-o",
-        so.to_str().unwrap(),
-    ]);
-    clang(&[
-        "-O2",
-        "-fPIC",
-        "-emit-llvm",
-        "-c",
-        "-I",
-        include.to_str().unwrap(),
-        c.to_str().unwrap(),
-        "-o",
-        bc.to_str().unwrap(),
-    ]);
-    (so, bc)
-}
-
 #[test]
 fn divergent_barriers_faults_in_fibers_and_oversized_blocks_are_errors() {
-    let (so, bc) = kernel_from(
+    let (so, bc) = host_kernel_from_source(
         "divergent",
         "#include \"offload_kernel.h\"\nOFFLOAD_KERNEL void k(int *out) {\n  if (offload_thread_id(0) == 3) offload_barrier();\n  out[offload_thread_id(0)] = 1;\n}\n",
     );
@@ -362,7 +331,7 @@ fn divergent_barriers_faults_in_fibers_and_oversized_blocks_are_errors() {
             "{err}"
         );
     }
-    let (so, bc) = kernel_from(
+    let (so, bc) = host_kernel_from_source(
         "fiberfault",
         "#include \"offload_kernel.h\"\nOFFLOAD_KERNEL void k(int *out) {\n  out[offload_thread_id(0)] = 1;\n  offload_barrier();\n  if (offload_thread_id(0) == 5) *(volatile int *)(unsigned long)(8 * offload_thread_id(0)) = 1;\n}\n",
     );
@@ -437,7 +406,7 @@ fn blocks_may_differ_in_whether_they_reach_barriers() {
     // A condition the same for every work item of a block may skip barriers in some blocks
     // (legal on a GPU): odd blocks reverse their items through shared memory, even blocks
     // copy. Block 0 reaching no barrier must not decide for the others.
-    let (so, bc) = kernel_from(
+    let (so, bc) = host_kernel_from_source(
         "someblocks",
         "#include \"offload_kernel.h\"\nOFFLOAD_KERNEL void k(const int *in, int *out) {\n  OFFLOAD_SHARED int s[256];\n  unsigned t = offload_thread_id(0), B = offload_block_dim(0), b = offload_block_id(0);\n  int v = in[b * B + t];\n  if (b % 2 == 1) {\n    s[t] = v;\n    offload_barrier();\n    v = s[B - 1 - t];\n  }\n  out[b * B + t] = v;\n}\n",
     );

@@ -146,10 +146,11 @@ Value *Bounder::hoist(Value *v) {
   if (prefix.count(i->getParent()) && !isa<PHINode>(i) && !i->isTerminator() &&
       skippable(*i, l.local) && (!isa<CallBase>(i) || isa<IntrinsicInst>(i)) &&
       (always.count(i->getParent()) || isSafeToSpeculativelyExecute(i))) {
-    if (auto *load = dyn_cast<LoadInst>(i)) {
+    if (auto *load = dyn_cast<LoadInst>(i); load && !load->isSimple()) {
+      // volatile or atomic: stays where it is
+    } else if (load) {
       std::optional<int64_t> f = context_field(load->getPointerOperand());
-      if (!load->isSimple()) {
-      } else if (f && *f >= THREAD_ID_X && *f < THREAD_ID_END) {
+      if (f && *f >= THREAD_ID_X && *f < THREAD_ID_END) {
         // The thread IDs: y and z are the outer loops' counters, x is not invariant.
         if (*f == THREAD_ID_Y && load->getType() == l.y->getType())
           result = l.y;

@@ -120,7 +120,7 @@ impl Pool {
         }
         Ok(Pool {
             shared,
-            threads: threads.max(1),
+            threads,
             one: Mutex::new(()),
         })
     }
