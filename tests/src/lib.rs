@@ -733,3 +733,31 @@ pub fn host_kernel_from_source(tag: &str, source: &str) -> (PathBuf, PathBuf) {
     ]);
     (so, bc)
 }
+
+/// `offload jit BC --target x86_64-unknown-linux-gnu --cpu CPU -o OUT` with `envs` and the
+/// disk cache off (every call compiles); panics with the log when it fails. Returns the run
+/// (its log on stderr).
+pub fn host_jit(bc: &Path, cpu: &str, out: &Path, envs: &[(&str, &str)]) -> Output {
+    let mut all = vec![("OFFLOAD_CACHE", "0")];
+    all.extend_from_slice(envs);
+    let o = offload(
+        &[
+            "jit",
+            bc.to_str().unwrap(),
+            "--target",
+            "x86_64-unknown-linux-gnu",
+            "--cpu",
+            cpu,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &all,
+    );
+    assert!(
+        o.status.success(),
+        "offload jit {} failed:\n{}",
+        bc.display(),
+        stderr(&o)
+    );
+    o
+}
