@@ -108,8 +108,10 @@ OFFLOAD_DEVICE void *offload_shared_memory(void) { return (void *)__offload_dyna
 #define OFFLOAD_KERNEL OFFLOAD_EXTERN_C __attribute__((visibility("default")))
 #define OFFLOAD_DEVICE static inline
 
-/* The worker's current work item; layout is part of the host plugin contract (fields are only
- * ever added at the end). */
+/* The worker's current work item. This definition is the host plugin's contract (fields are
+ * only ever added at the end): the plugin's C (crates/plugin-host-elf/cpp/exec.c) includes it
+ * with OFFLOAD_HOST_CONTEXT_ONLY defined, its Rust mirror (HostContext in launch.rs) is tested
+ * against that, and the JIT's work-group functions take the type from the image itself. */
 typedef struct offload_host_context {
   unsigned thread_id[3];
   unsigned block_id[3];
@@ -119,6 +121,8 @@ typedef struct offload_host_context {
   unsigned shared_bytes; /* its size */
   unsigned reserved;
 } offload_host_context;
+
+#ifndef OFFLOAD_HOST_CONTEXT_ONLY
 
 /* Set by the host plugin when it loads the image, to a function that returns the calling
  * worker thread's context. The context lives in the plugin, not in this image: thread-local
@@ -151,7 +155,11 @@ OFFLOAD_DEVICE void *offload_shared_memory(void) { return __offload_host_context
 /* Each worker thread runs one block at a time: its thread-local storage is the block's. */
 #define OFFLOAD_SHARED static __thread
 
+#endif /* OFFLOAD_HOST_CONTEXT_ONLY */
 #endif
+
+/* The host plugin's own C takes only the context type above. */
+#ifndef OFFLOAD_HOST_CONTEXT_ONLY
 
 /*
  * OFFLOAD_SIGNATURE(kernel, parameter types...) after a kernel records its parameter types in a
@@ -262,4 +270,5 @@ OFFLOAD_DEVICE unsigned offload_global_id_x(void) {
   return offload_block_id(0) * offload_block_dim(0) + offload_thread_id(0);
 }
 
+#endif /* OFFLOAD_HOST_CONTEXT_ONLY */
 #endif /* OFFLOAD_KERNEL_H */

@@ -22,10 +22,12 @@ fn llvm_config(llvm_config: &str, arg: &str) -> String {
 fn main() {
     println!("cargo:rerun-if-changed=cpp/host_cpu.cpp");
     println!("cargo:rerun-if-changed=cpp/exec.c");
+    println!("cargo:rerun-if-changed=../../include/offload_kernel.h");
     // The fault guard around kernel calls (C: it jumps out of a signal handler, which must not
-    // cross Rust frames).
+    // cross Rust frames). It takes the work-item context's type from the kernel header.
     cc::Build::new()
         .file("cpp/exec.c")
+        .include("../../include")
         .flag("-std=gnu11")
         .warnings(true)
         .compile("offload_host_exec");

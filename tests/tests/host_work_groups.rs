@@ -45,6 +45,20 @@ fn run(
         .collect()
 }
 
+/// The value of the 4-byte data symbol `name` of the ELF shared object `elf`.
+fn u32_symbol(elf: &[u8], name: &str) -> Option<u32> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let file = object::File::parse(elf).ok()?;
+    let sym = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(name))?;
+    let section = file.section_by_index(sym.section_index()?).ok()?;
+    let data = section.data().ok()?;
+    let at = (sym.address() - section.address()) as usize;
+    Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+}
+
 fn u32s(b: &[u8]) -> Vec<u32> {
     b.chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
@@ -192,25 +206,19 @@ fn bitcode_kernels_become_work_group_functions_with_the_shared_objects_results()
         ("scan", "block_scan", true),
     ] {
         let out = dir.join(format!("{kernel}.so"));
-        let o = offload(
-            &[
-                "jit",
-                host_bitcode(kernel).to_str().unwrap(),
-                "--target",
-                "x86_64-unknown-linux-gnu",
-                "--cpu",
-                "x86-64",
-                "-o",
-                out.to_str().unwrap(),
-            ],
-            &[],
-        );
-        assert!(o.status.success(), "{}", stderr(&o));
+        host_jit(&host_bitcode(kernel), "x86-64", &out, &[]);
         let bytes = std::fs::read(&out).unwrap();
         let wg_name = format!("__offload_wg_{symbol}");
         let has = bytes
             .windows(wg_name.len() + 1)
             .any(|w| w[..wg_name.len()] == *wg_name.as_bytes() && w[wg_name.len()] == 0);
+        // The calling convention's version the JIT wrote is the one the plugin calls.
+        let (abi_name, abi) = offload_host::WORK_GROUP_ABI;
+        assert_eq!(
+            u32_symbol(&bytes, abi_name),
+            Some(abi),
+            "{kernel}: the JIT's {abi_name} is not the plugin's work-group ABI {abi}"
+        );
         assert_eq!(has, wg, "{kernel}: work-group function {wg_name}");
     }
     // Same results, bit for bit, from the shared object (direct calls) and the bitcode

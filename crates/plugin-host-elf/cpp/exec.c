@@ -6,11 +6,14 @@
  * registers, then the stack), prepared once per launch: no libffi per item. A kernel the JIT
  * turned into a work-group function is called once per block with the packed arguments.
  *
- * Barriers. A kernel that calls offload_barrier() runs its work items as fibers (a small stack
- * each, a register switch of a few nanoseconds): each runs to its barrier, then the next; when
- * all have reached it, all go on. Whether a kernel uses barriers is found on the first block of
- * a launch: its first work item runs on a fiber, and if it returns without a barrier the rest of
- * the launch calls work items directly.
+ * Barriers. In a shared object, a kernel that calls offload_barrier() runs its work items as
+ * fibers (a small stack each, a register switch of a few nanoseconds): each runs to its barrier,
+ * then the next; when all have reached it, all go on. Whether a block needs fibers is found as
+ * it runs: work item 0 runs directly on the worker's stack; if it returns without reaching a
+ * barrier, the others are called directly after it, and no fiber is made; if it reaches one,
+ * the others become fibers that it brings along at each of its barriers. (Bitcode kernels with
+ * barriers mostly need none of this: the JIT cuts them into regions between barriers, run as
+ * loops in the work-group function.)
  *
  * Faults. A kernel that raises SIGSEGV, SIGBUS, SIGFPE or SIGILL while a worker runs a block
  * jumps back to the block's start, and the launch fails with the signal, the address and the
@@ -30,25 +33,33 @@
 
 /* ---- the kernel header's context ----------------------------------------------------------- */
 
-struct context {
-  unsigned thread_id[3];
-  unsigned block_id[3];
-  unsigned block_dim[3];
-  unsigned grid_dim[3];
-  void *shared;
-  unsigned shared_bytes;
-  unsigned reserved;
-};
+/* The header's own definition (include/offload_kernel.h), not a copy. */
+#define OFFLOAD_HOST_CONTEXT_ONLY
+#include "offload_kernel.h"
+#include <stddef.h>
+typedef offload_host_context context_t;
+
+/* Its size and field offsets, for the test that pins the Rust mirror (HostContext) to it. */
+void offload_context_layout(size_t out[8]) {
+  out[0] = sizeof(context_t);
+  out[1] = offsetof(context_t, thread_id);
+  out[2] = offsetof(context_t, block_id);
+  out[3] = offsetof(context_t, block_dim);
+  out[4] = offsetof(context_t, grid_dim);
+  out[5] = offsetof(context_t, shared);
+  out[6] = offsetof(context_t, shared_bytes);
+  out[7] = offsetof(context_t, reserved);
+}
 
 /* The worker's context. Initial-exec TLS (a few bytes of the static TLS surplus glibc keeps for
  * libraries loaded later): reading it is one instruction, and images read it on every ID. */
-static __thread struct context worker_context __attribute__((tls_model("initial-exec")));
+static __thread context_t worker_context __attribute__((tls_model("initial-exec")));
 
 /* What the image's __offload_host_context points to. */
-const struct context *offload_current_context(void) { return &worker_context; }
+const context_t *offload_current_context(void) { return &worker_context; }
 
 /* The same, writable, for the plugin. */
-struct context *offload_worker_context(void) { return &worker_context; }
+context_t *offload_worker_context(void) { return &worker_context; }
 
 /* ---- fault guard ---------------------------------------------------------------------------- */
 
@@ -346,14 +357,14 @@ enum { OK = 0, FAULT = 1, DIVERGENT = 2, NO_MEMORY = 3 };
 /* The block this worker runs. Work item 0 runs directly on the worker's stack; the others
  * become fibers only if item 0 reaches a barrier. */
 static __thread struct {
-  struct context *ctx;
+  context_t *ctx;
   unsigned bx, by, bz, n;
   int item0;          /* item 0 is running (directly) */
   int fibers_started; /* items 1..n-1 are fibers */
   int error;          /* why the block was left through the guard (not a signal) */
 } block;
 
-static void set_id(struct context *ctx, unsigned x, unsigned y, unsigned z) {
+static void set_id(context_t *ctx, unsigned x, unsigned y, unsigned z) {
   if (ctx) {
     ctx->thread_id[0] = x;
     ctx->thread_id[1] = y;
@@ -426,7 +437,7 @@ void offload_barrier_impl(void) {
  * directly after it (no fiber is ever made); if it does, the others as fibers that it brings
  * along at each of its barriers (offload_barrier_impl). Returns OK, FAULT (with `out`),
  * DIVERGENT (some work items reached a barrier others did not), NO_MEMORY. */
-int offload_run_block(const struct call *call, struct context *ctx, unsigned bx, unsigned by,
+int offload_run_block(const struct call *call, context_t *ctx, unsigned bx, unsigned by,
                       unsigned bz, struct fault *out) {
   sigjmp_buf here;
   volatile unsigned x = 0, y = 0, z = 0;
@@ -483,9 +494,9 @@ int offload_run_block(const struct call *call, struct context *ctx, unsigned bx,
 
 /* Runs a work-group function (the JIT's) for the blocks begin..end. Returns OK, FAULT (with
  * `out`) or DIVERGENT (with the linear index of the block in `diverged`). */
-int offload_run_blocks_wg(uint64_t (*wg)(const uint64_t *, struct context *, uint64_t, uint64_t,
+int offload_run_blocks_wg(uint64_t (*wg)(const uint64_t *, context_t *, uint64_t, uint64_t,
                                          void *),
-                          const uint64_t *args, struct context *ctx, uint64_t begin, uint64_t end,
+                          const uint64_t *args, context_t *ctx, uint64_t begin, uint64_t end,
                           void *frame, struct fault *out, uint64_t *diverged) {
   sigjmp_buf here;
   if (sigsetjmp(here, 0)) {

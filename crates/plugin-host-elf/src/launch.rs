@@ -553,3 +553,38 @@ fn worker_buffer(
         Ok(new.as_mut_ptr().cast())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HostContext;
+    use std::mem::{offset_of, size_of};
+
+    unsafe extern "C" {
+        fn offload_context_layout(out: *mut usize);
+    }
+
+    /// `HostContext` is the kernel header's `offload_host_context`, as `cpp/exec.c` compiles it
+    /// from the header: the same size and field offsets.
+    #[test]
+    fn the_context_mirrors_the_kernel_headers_type() {
+        let mut c = [0usize; 8];
+        // SAFETY: the function writes exactly 8 values.
+        unsafe { offload_context_layout(c.as_mut_ptr()) };
+        let rust = [
+            size_of::<HostContext>(),
+            offset_of!(HostContext, thread_id),
+            offset_of!(HostContext, block_id),
+            offset_of!(HostContext, block_dim),
+            offset_of!(HostContext, grid_dim),
+            offset_of!(HostContext, shared),
+            offset_of!(HostContext, shared_bytes),
+            offset_of!(HostContext, reserved),
+        ];
+        assert_eq!(
+            rust, c,
+            "HostContext (size, then the offsets of thread_id, block_id, block_dim, grid_dim, \
+             shared, shared_bytes, reserved) differs from include/offload_kernel.h's \
+             offload_host_context"
+        );
+    }
+}

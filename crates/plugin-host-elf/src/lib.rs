@@ -6,13 +6,18 @@
 //! tracking, queues, events, argument checks, container unpacking and the JIT.
 //!
 //! - Images are loaded from memory through a sealed `memfd`: no file is ever written.
-//! - A launch of grid G and block B runs the kernel once per work item (G·B calls). Blocks are
-//!   spread over one worker pool per plugin (sized to the machine, `OFFLOAD_HOST_THREADS`
-//!   overrides; idle workers wait by `OFFLOAD_HOST_WAIT`, see `pool.rs`); the work items of a
-//!   block run in order on one worker. The kernel reads its
-//!   IDs from a context the plugin owns, through a function pointer it sets at load.
-//! - Arguments are passed with the real C ABI through libffi, so `float`/`double` arguments
-//!   arrive in float registers.
+//! - A launch of grid G and block B runs every work item once. Blocks are spread over one
+//!   worker pool per plugin (sized to the machine, `OFFLOAD_HOST_THREADS` overrides; idle
+//!   workers wait by `OFFLOAD_HOST_WAIT`, see `pool.rs`); the work items of a block run on one
+//!   worker. The kernel reads its IDs from a context the plugin owns, through a function
+//!   pointer it sets at load.
+//! - A kernel of a shared object is called once per work item, by a direct call whose
+//!   registers and stack slots are prepared once per launch with the C ABI's rules (`float`
+//!   and `double` arguments in float registers); libffi only where those rules are not
+//!   written out (more arguments than the prepared slots, other architectures). Kernels with
+//!   barriers run their work items as fibers (`cpp/exec.c`).
+//! - A kernel the JIT compiled from bitcode is called once per range of blocks through its
+//!   work-group function (`__offload_wg_<kernel>`): the work items are loops inside it.
 //! - Device memory is host memory; the layer checks every copy and pointer argument against
 //!   the device's live allocations and keeps memory alive while work uses it. What cannot be
 //!   checked: a kernel reading or writing outside the buffers it was given (the docs say so).
@@ -38,6 +43,7 @@ pub use pool::{DEFAULT_SPIN_US, ENV_SPIN_US, ENV_WAIT};
 use std::sync::{Arc, OnceLock};
 
 pub use launch::HostContext;
+pub use program::WORK_GROUP_ABI;
 
 /// Variable that sets the number of host devices (default 1).
 pub const ENV_DEVICES: &str = "OFFLOAD_HOST_DEVICES";
