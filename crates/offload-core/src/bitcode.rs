@@ -1,7 +1,7 @@
 //! Reading the target triple of an LLVM module without LLVM.
 //!
 //! Routing needs the triple of every bitcode image, in processes that must not map libLLVM
-//! (decision 2) and must survive any input: LLVM's own lazy reader crashes on some malformed
+//! (`docs/decisions.md`, decision 2) and must survive any input: LLVM's own lazy reader crashes on some malformed
 //! files. This is a small, bounded reader of LLVM's bitstream container, just enough to find
 //! the first `MODULE_CODE_TRIPLE` record: blocks are entered or skipped by their length,
 //! abbreviations (local and from the `BLOCKINFO` block) are honoured, and every read is checked

@@ -1,4 +1,4 @@
-// Work-group functions for the host (ARCHITECTURE.md decision 8), made before the module is
+// Work-group functions for the host (docs/decisions.md, decision 8), made before the module is
 // optimised.
 //
 // For each kernel K (an exported void function whose parameters are i32, i64, float, double or

@@ -1,4 +1,4 @@
-//! Oracle tests (ARCHITECTURE.md decision 6): for the same input, CPU and optimisation level,
+//! Oracle tests (`docs/decisions.md`, decision 6): for the same input, CPU and optimisation level,
 //! the engine's output (compiled in the JIT worker process, as every runtime compiles) equals
 //! LLVM's own tools run as separate processes:
 //! `opt-19 -O3 -mcpu=CPU | llc-19 -O3 -mcpu=CPU` (PTX text with `-asm-verbose=false`; AMDGPU and
