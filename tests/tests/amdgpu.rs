@@ -13,7 +13,10 @@ use offload_tests::*;
 use std::path::Path;
 
 #[path = "../src/amdgpu_check.rs"]
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "the GPU check's module; these tests use part of it"
+)]
 mod amdgpu_check;
 
 /// The kernels and the sizes of their explicit arguments, in order (from their C signatures).

@@ -10,7 +10,10 @@ use offload_cuda::sm::{Sm, cubin_sm, ptx_target};
 use offload_tests::nvptx_jit as jit;
 
 #[path = "../src/cuda_check.rs"]
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "the GPU check's module; these tests use part of it"
+)]
 mod cuda_check;
 use offload_tests::*;
 use std::path::{Path, PathBuf};

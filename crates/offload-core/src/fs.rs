@@ -1,9 +1,11 @@
 //! Reading files named by users: only regular files, opened without blocking (a FIFO or a
 //! device file named as an image would otherwise hang the process or read without end), into
-//! memory allocated fallibly (a huge file is an out-of-memory error, not an abort).
+//! memory allocated fallibly (a huge file is an out-of-memory error, not an abort); and the
+//! process's own files: sealed memory files, the directory of the running library.
 
 use crate::error::{Error, Result};
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -60,25 +62,68 @@ pub fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// An anonymous memory file (`memfd_create`, close-on-exec) named `name` holding `bytes`,
+/// sealed against writes and resizing, for handing bytes to the dynamic loader or a child
+/// process as `/proc/self/fd/N` without a file on disk. `what` names the bytes in errors.
+pub fn sealed_memfd(
+    name: &std::ffi::CStr,
+    bytes: &[u8],
+    what: &str,
+) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: a valid C string; flags are defined by the kernel ABI.
+    let raw =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return Err(Error::System(format!(
+            "memfd_create for {what}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, bytes)
+        .map_err(|e| Error::System(format!("writing {what} to a memory file: {e}")))?;
+    let fd = OwnedFd::from(file);
+    // SAFETY: plain fcntl on our descriptor; sealing is best effort (nothing else holds it).
+    unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+        );
+    }
+    Ok(fd)
+}
+
 /// The directory of the shared library (or executable) this function is linked into, as the
 /// dynamic loader recorded it, made absolute. Every library that links `offload-core` has its
 /// own copy of this code (Rust functions are not exported from a cdylib), so the address
 /// names the caller's own library: a plugin's, the drop-in libomptarget's. `None` if the loader
 /// does not say.
 pub fn this_library_dir() -> Option<std::path::PathBuf> {
+    let file = loaded_file_of(this_library_dir as *const () as usize)?;
+    let file = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(file.to_bytes()));
+    let file = std::path::absolute(&file).unwrap_or(file);
+    file.parent().map(Path::to_path_buf)
+}
+
+/// The file name, as the dynamic loader recorded it (`dladdr`), of the loaded object (shared
+/// library or executable) whose mapping holds the address `addr`; `None` where no loaded object holds it or
+/// the loader records no name. Any address may be asked about: nothing is read at `addr`.
+pub fn loaded_file_of(addr: usize) -> Option<std::ffi::CString> {
     // SAFETY: `Dl_info` is plain data; all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables; the address is a function of this library.
-    if unsafe { libc::dladdr(this_library_dir as *const libc::c_void, &mut info) } == 0
+    // SAFETY: dladdr only reads the loader's tables (the address is compared, never read);
+    // `info` is a live out-value.
+    if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0
         || info.dli_fname.is_null()
     {
         return None;
     }
-    // SAFETY: the loader's NUL-terminated file name.
-    let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-    let file = std::path::PathBuf::from(&*file.to_string_lossy());
-    let file = std::path::absolute(&file).unwrap_or(file);
-    file.parent().map(Path::to_path_buf)
+    // SAFETY: the loader's NUL-terminated file name, alive while the object is loaded; copied.
+    Some(unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_owned())
 }
 
 /// The machine's physical memory in bytes (0 if the system does not say).

@@ -83,8 +83,45 @@ pub struct JitTarget {
 /// Variable naming the `ld.lld` that links JIT output (host and AMDGPU images).
 pub const ENV_LLD: &str = "OFFLOAD_LLD";
 /// Where the linker is looked for when [`ENV_LLD`] is unset, in order: LLVM 19's own, then on
-/// `PATH`. The worker runs the first that answers; the JIT client names it in disk-cache keys.
+/// `PATH` ([`locate_lld`]).
 pub const LLD_CANDIDATES: [&str; 3] = ["/usr/lib/llvm-19/bin/ld.lld", "ld.lld-19", "ld.lld"];
+
+/// The file `name` names: itself when it holds a `/`, else the first match on `PATH`; only a
+/// regular file (or a link to one).
+fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    if name.contains('/') {
+        return Some(std::path::PathBuf::from(name)).filter(|p| p.is_file());
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The `ld.lld` that links JIT output: the file [`ENV_LLD`] names (a path, or a name on
+/// `PATH`), else the first of [`LLD_CANDIDATES`] that exists. The one rule for both sides: the
+/// worker runs this file (and refuses it if it does not answer `--version` as LLD), the JIT
+/// client stamps this file into disk-cache keys. Looking does not run anything.
+pub fn locate_lld() -> Result<std::path::PathBuf> {
+    if let Some((name, value)) = crate::env::raw(&[ENV_LLD])? {
+        return on_path(&value).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "environment variable {name}='{value}' is not valid: no such file{}",
+                if value.contains('/') { "" } else { " on PATH" }
+            ))
+        });
+    }
+    LLD_CANDIDATES
+        .iter()
+        .find_map(|c| on_path(c))
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "linking JIT output needs ld.lld from LLVM 19 (looked for {}; set {ENV_LLD}); \
+                 install lld-19",
+                LLD_CANDIDATES.join(", ")
+            ))
+        })
+}
 
 /// What turns the code generator's output into what a device loads. Runs in the worker; its
 /// [`PostProcess::id`] is part of the cache key.
@@ -112,6 +149,27 @@ pub enum PostProcess {
 }
 
 impl PostProcess {
+    /// The step for code of `triple` compiled for `arch` (the SM or gfx target the image is
+    /// for): `ptxas -arch=<arch>` for NVIDIA code when a `ptxas` (path, `--version`) was found,
+    /// else the PTX as it is (the driver assembles it); an AMDGPU code object linked for
+    /// `arch`; a shared object for a host triple (Linux); else the object as it is. Every
+    /// backend and `offload jit` take their step from here.
+    pub fn for_target(triple: &str, arch: &str, ptxas: Option<(&str, &str)>) -> PostProcess {
+        match triple.split('-').next().unwrap_or("") {
+            "nvptx64" | "nvptx" => match ptxas {
+                Some((path, version)) => PostProcess::Ptxas {
+                    path: path.into(),
+                    version: version.into(),
+                    arch: arch.into(),
+                },
+                None => PostProcess::Unchanged,
+            },
+            "amdgcn" => PostProcess::LinkAmdgpuCodeObject { gfx: arch.into() },
+            _ if triple.contains("linux") => PostProcess::LinkHostSharedObject,
+            _ => PostProcess::Unchanged,
+        }
+    }
+
     /// Identifies the step and its settings (goes into the cache key).
     pub fn id(&self) -> String {
         match self {

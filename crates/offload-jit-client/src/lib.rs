@@ -193,9 +193,11 @@ impl JitClient {
         let tool = match &request.post {
             offload_core::jit::PostProcess::Unchanged => String::new(),
             offload_core::jit::PostProcess::LinkHostSharedObject
-            | offload_core::jit::PostProcess::LinkAmdgpuCodeObject { .. } => find_linker()
-                .map(|p| disk::file_stamp(&p))
-                .unwrap_or_default(),
+            | offload_core::jit::PostProcess::LinkAmdgpuCodeObject { .. } => {
+                offload_core::jit::locate_lld()
+                    .map(|p| disk::file_stamp(&p))
+                    .unwrap_or_default()
+            }
             offload_core::jit::PostProcess::Ptxas { path, .. } => disk::file_stamp(Path::new(path)),
         };
         let mut k = KeyBuilder::new();
@@ -484,28 +486,6 @@ pub(crate) fn report_phases(pid: u32, out: &protocol::WorkerOutput) {
             *dur as f64 / 1e6
         );
     }
-}
-
-/// The linker the worker would use for post-processing, found as the worker finds it
-/// (`OFFLOAD_LLD`, LLVM 19's own `ld.lld`, then `ld.lld-19` and `ld.lld` on `PATH`), without
-/// running it.
-fn find_linker() -> Option<PathBuf> {
-    let on_path = |name: &str| -> Option<PathBuf> {
-        if name.contains('/') {
-            return Some(PathBuf::from(name)).filter(|p| p.is_file());
-        }
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-    };
-    if let Ok(Some((_, v))) = offload_core::env::raw(&[offload_core::jit::ENV_LLD]) {
-        return on_path(&v);
-    }
-    offload_core::jit::LLD_CANDIDATES
-        .iter()
-        .find_map(|c| on_path(c))
 }
 
 fn save_image(

@@ -5,13 +5,13 @@
 //! Linking uses `ld.lld` without any file: the object goes in through a sealed, anonymous
 //! `memfd` that the linker opens as `/proc/self/fd/N`, and the linked image comes back on the
 //! linker's stdout (`-o -`). Nothing is written under `/tmp`, so there is no name to predict,
-//! no symlink to follow and nothing to clean up after a signal. The linker is found and checked
-//! once per process: `OFFLOAD_LLD`, then LLVM 19's own `ld.lld`, then `ld.lld-19` and `ld.lld`
-//! on `PATH`.
+//! no symlink to follow and nothing to clean up after a signal. The linker is found by
+//! [`offload_core::jit::locate_lld`] (the rule the JIT client's disk-cache keys use too) and
+//! checked once per process.
 
 use offload_core::jit::PostProcess;
 use offload_core::{Error, Result};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -27,8 +27,9 @@ pub struct Linker {
     pub version: String,
 }
 
-fn probe(candidate: &str) -> Option<Linker> {
-    let out = Command::new(candidate)
+/// The first line of `path --version`, if it runs and says it is LLD.
+fn probe(path: &std::path::Path) -> Option<Linker> {
+    let out = Command::new(path)
         .arg("--version")
         .stdin(Stdio::null())
         .output()
@@ -41,67 +42,31 @@ fn probe(candidate: &str) -> Option<Linker> {
         .trim()
         .to_string();
     version.contains("LLD").then(|| Linker {
-        path: PathBuf::from(candidate),
+        path: path.to_path_buf(),
         version,
     })
 }
 
-/// The linker, found and checked on first use and remembered for the process.
+/// The linker, found ([`offload_core::jit::locate_lld`]) and checked on first use and
+/// remembered for the process.
 pub fn linker() -> Result<&'static Linker> {
     static LINKER: OnceLock<Result<Linker>> = OnceLock::new();
     LINKER
         .get_or_init(|| {
-            if let Some((name, value)) = offload_core::env::raw(&[ENV_LLD])? {
-                return probe(&value).ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "environment variable {name}='{value}' is not valid: it is not an ld.lld \
-                         that answers --version"
-                    ))
-                });
-            }
-            let candidates = offload_core::jit::LLD_CANDIDATES;
-            candidates.iter().find_map(|c| probe(c)).ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "linking JIT output needs ld.lld from LLVM 19 (tried {}; set {ENV_LLD}); \
-                     install lld-19",
-                    candidates.join(", ")
+            let path = offload_core::jit::locate_lld()?;
+            probe(&path).ok_or_else(|| {
+                let from = match offload_core::env::raw(&[ENV_LLD]) {
+                    Ok(Some((name, value))) => format!("{name}='{value}'"),
+                    _ => "the first ld.lld found".to_string(),
+                };
+                Error::InvalidArgument(format!(
+                    "{from} is not valid: '{}' does not answer --version as LLD",
+                    path.display()
                 ))
             })
         })
         .as_ref()
         .map_err(Clone::clone)
-}
-
-/// An anonymous, sealed memory file holding `bytes`.
-fn sealed_memfd(bytes: &[u8]) -> Result<OwnedFd> {
-    // SAFETY: a valid C string; flags are defined by the kernel ABI.
-    let raw = unsafe {
-        libc::memfd_create(
-            c"offload-jit-object".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if raw < 0 {
-        return Err(Error::System(format!(
-            "memfd_create: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut file = std::fs::File::from(fd);
-    std::io::Write::write_all(&mut file, bytes)
-        .map_err(|e| Error::System(format!("writing the object for the linker: {e}")))?;
-    let fd = OwnedFd::from(file);
-    // SAFETY: plain fcntl on our descriptor; sealing is best effort.
-    unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
-        );
-    }
-    Ok(fd)
 }
 
 /// `ld.lld ARGS -o - /proc/self/fd/N...`, each object in a memfd.
@@ -110,7 +75,9 @@ fn lld(objects: &[&[u8]], args: &[String]) -> Result<Vec<u8>> {
     let lld = linker()?;
     let fds = objects
         .iter()
-        .map(|o| sealed_memfd(o))
+        .map(|o| {
+            offload_core::fs::sealed_memfd(c"offload-jit-object", o, "the object for the linker")
+        })
         .collect::<Result<Vec<OwnedFd>>>()?;
     let raws: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
     let mut cmd = Command::new(&lld.path);
@@ -187,7 +154,7 @@ pub fn join_objects(objects: &[Vec<u8>]) -> Result<Vec<u8>> {
 /// `ptxas -arch=ARCH -O<opt> -o /dev/stdout /proc/self/fd/N`, with the PTX in a memfd.
 fn ptxas(path: &str, arch: &str, opt: u8, ptx: &[u8]) -> Result<Vec<u8>> {
     use std::os::unix::process::CommandExt;
-    let fd = sealed_memfd(ptx)?;
+    let fd = offload_core::fs::sealed_memfd(c"offload-jit-ptx", ptx, "the PTX for ptxas")?;
     let raw = fd.as_raw_fd();
     let mut cmd = Command::new(path);
     cmd.arg(format!("-arch={arch}"))

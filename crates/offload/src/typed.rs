@@ -113,7 +113,11 @@ macro_rules! params_tuple {
             fn expects() -> Vec<Expect> {
                 vec![$($p::expect()),*]
             }
-            #[allow(unused_variables, clippy::unused_unit)]
+            #[allow(
+                unused_variables,
+                clippy::unused_unit,
+                reason = "the expansion for no parameters binds nothing from `()`"
+            )]
             fn push<'a>(v: Self::Values<'a>, l: &mut Launch<'_, 'a>) {
                 let ($($v,)*) = v;
                 $($p::push($v, l);)*

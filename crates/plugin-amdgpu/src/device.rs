@@ -691,9 +691,7 @@ impl DeviceBackend for AmdDevice {
                 cpu: self.target.processor.clone(),
                 features: self.target.llvm_features(),
             },
-            PostProcess::LinkAmdgpuCodeObject {
-                gfx: self.target.processor.clone(),
-            },
+            PostProcess::for_target(TRIPLE, &self.target.processor, None),
         ))
     }
 

@@ -91,7 +91,7 @@ pub const INVALID_SYMBOL_NAME: c_int = 0x1013;
 macro_rules! hsa_calls {
     ($( $(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:tt; )*) => {
         /// The entry points used, each resolved on its first call.
-        #[allow(non_snake_case)]
+        #[allow(non_snake_case, reason = "fields are named as the runtime's entry points")]
         #[derive(Default)]
         struct Symbols {
             $( $name: OnceLock<Option<usize>>, )*
@@ -103,7 +103,12 @@ macro_rules! hsa_calls {
                 ///
                 /// # Safety
                 /// The arguments must satisfy the HSA API's contract for this call.
-                #[allow(non_snake_case, clippy::too_many_arguments, clippy::unused_unit)]
+                #[allow(
+                    non_snake_case,
+                    clippy::too_many_arguments,
+                    clippy::unused_unit,
+                    reason = "each method is named and typed as its runtime entry point, `()` for those without a status"
+                )]
                 pub unsafe fn $name(&self, $($arg: $ty),*) -> hsa_calls!(@ret $ret) {
                     let addr = self
                         .symbols

@@ -310,7 +310,7 @@ pub struct Device<D: DeviceBackend> {
     index: usize,
     name: String,
     backend: Arc<D>,
-    served: Arc<select::Served>,
+    served: Arc<select::PluginClaims>,
     jit: Arc<jit::Jit>,
     compute_unit: OnceLock<String>,
     programs: Table<Arc<ProgramEntry<D>>>,
@@ -327,7 +327,12 @@ impl<D: DeviceBackend> std::fmt::Debug for Device<D> {
 }
 
 impl<D: DeviceBackend> Device<D> {
-    fn new(index: usize, backend: D, served: Arc<select::Served>, jit: Arc<jit::Jit>) -> Self {
+    fn new(
+        index: usize,
+        backend: D,
+        served: Arc<select::PluginClaims>,
+        jit: Arc<jit::Jit>,
+    ) -> Self {
         let plugin = served.plugin;
         Device {
             index,
@@ -700,7 +705,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
 /// A plugin made from a [`Backend`] (see [`export_backend!`]).
 pub struct Plugin<B: Backend> {
     backend: Arc<B>,
-    served: Arc<select::Served>,
+    served: Arc<select::PluginClaims>,
     jit: Arc<jit::Jit>,
     devices: Mutex<Vec<Option<LayerDevice<B>>>>,
 }
@@ -719,7 +724,7 @@ impl<B: Backend> Plugin<B> {
     pub fn new(backend: B) -> Self {
         let backend = Arc::new(backend);
         let checker = backend.clone();
-        let served = Arc::new(select::Served {
+        let served = Arc::new(select::PluginClaims {
             plugin: backend.name(),
             triple: backend.target_triple(),
             claims: backend.claims(),

@@ -14,9 +14,9 @@ use std::sync::Arc;
 /// The plugin-level check of a native image ([`crate::Backend::check_native`]).
 pub type NativeCheck = Arc<dyn Fn(&[u8], &ImageKind) -> Result<()> + Send + Sync>;
 
-/// What a plugin serves, for the checks.
+/// What a plugin serves (its name, triple and image claims), for the checks.
 #[derive(Clone)]
-pub struct Served {
+pub struct PluginClaims {
     /// The plugin's name.
     pub plugin: &'static str,
     /// The plugin's (JIT) triple.
@@ -28,9 +28,9 @@ pub struct Served {
     pub native: NativeCheck,
 }
 
-impl std::fmt::Debug for Served {
+impl std::fmt::Debug for PluginClaims {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Served")
+        f.debug_struct("PluginClaims")
             .field("plugin", &self.plugin)
             .field("triple", &self.triple)
             .field("claims", &self.claims)
@@ -38,7 +38,7 @@ impl std::fmt::Debug for Served {
     }
 }
 
-impl Served {
+impl PluginClaims {
     /// Why the plugin does not load a native image of this kind, if it does not.
     pub fn refuses_native(&self, kind: &ImageKind) -> Option<String> {
         if let ImageKind::Elf(info) = kind
@@ -111,7 +111,7 @@ pub struct Choice<'a> {
 }
 
 /// Plugin-level check: some device of the plugin could load this (without asking a device).
-pub fn check_plugin(served: &Served, bytes: &[u8]) -> Result<()> {
+pub fn check_plugin(served: &PluginClaims, bytes: &[u8]) -> Result<()> {
     let native_ok = |b: &[u8], k: &ImageKind| (served.native)(b, k);
     if let Some(c) = container::parse(bytes)? {
         let mut reasons = Vec::new();
@@ -137,7 +137,7 @@ pub fn check_plugin(served: &Served, bytes: &[u8]) -> Result<()> {
 }
 
 fn single(
-    served: &Served,
+    served: &PluginClaims,
     native_ok: &impl Fn(&[u8], &ImageKind) -> Result<()>,
     bytes: &[u8],
 ) -> Result<()> {
@@ -163,7 +163,7 @@ fn single(
 
 /// Picks what `device` (named `name`, of compute-unit kind `cu`) loads for `bytes`.
 pub fn for_device<'a, D: DeviceBackend>(
-    served: &Served,
+    served: &PluginClaims,
     device: &D,
     name: &str,
     cu: &str,

@@ -351,14 +351,13 @@ impl DeviceBackend for CudaDevice {
         } else {
             self.sm.to_string()
         };
-        let post = match &self.ptxas {
-            Some(p) => PostProcess::Ptxas {
-                path: p.path.clone(),
-                version: p.version.clone(),
-                arch: self.sm.to_string(),
-            },
-            None => PostProcess::Unchanged,
-        };
+        let post = PostProcess::for_target(
+            TRIPLE,
+            &self.sm.to_string(),
+            self.ptxas
+                .as_ref()
+                .map(|p| (p.path.as_str(), p.version.as_str())),
+        );
         Some((
             JitTarget {
                 triple: TRIPLE.into(),

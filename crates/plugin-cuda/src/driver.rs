@@ -55,7 +55,7 @@ const DRIVER_MISMATCH: c_int = 803;
 macro_rules! driver_calls {
     ($( $(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* ); )*) => {
         /// The entry points used, each resolved on its first call.
-        #[allow(non_snake_case)]
+        #[allow(non_snake_case, reason = "fields are named as the driver's entry points")]
         #[derive(Default)]
         struct Symbols {
             $( $name: OnceLock<Option<unsafe extern "C" fn($($ty),*) -> c_int>>, )*
@@ -67,7 +67,11 @@ macro_rules! driver_calls {
                 ///
                 /// # Safety
                 /// The arguments must satisfy the CUDA driver API's contract for this call.
-                #[allow(non_snake_case, clippy::too_many_arguments)]
+                #[allow(
+                    non_snake_case,
+                    clippy::too_many_arguments,
+                    reason = "each method is named and typed as its driver entry point"
+                )]
                 pub unsafe fn $name(&self, $($arg: $ty),*) -> Result<()> {
                     let f = self
                         .symbols

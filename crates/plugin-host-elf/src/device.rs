@@ -135,7 +135,9 @@ impl DeviceBackend for HostDevice {
     }
 
     fn jit_target(&self) -> Option<(JitTarget, PostProcess)> {
-        Some((crate::HostJit::target(), PostProcess::LinkHostSharedObject))
+        let target = crate::HostJit::target();
+        let post = PostProcess::for_target(&target.triple, &target.cpu, None);
+        Some((target, post))
     }
 
     fn fits(&self, arch: &str) -> Fit {

@@ -54,18 +54,9 @@ pub fn providers(imports: &[String]) -> Vec<PathBuf> {
         if addr.is_null() {
             continue;
         }
-        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-        // SAFETY: `info` is writable; dladdr only reads the loader's tables.
-        if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        let Some(file) = offload_core::fs::loaded_file_of(addr as usize) else {
             continue;
-        }
-        // SAFETY: dladdr succeeded, so `info` is filled in.
-        let info = unsafe { info.assume_init() };
-        if info.dli_fname.is_null() {
-            continue;
-        }
-        // SAFETY: non-null, NUL-terminated, owned by the loader.
-        let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+        };
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(file.to_bytes()));
         if path.as_os_str().is_empty()
             || !path.is_absolute()

@@ -11,7 +11,7 @@
 use offload_core::jit::ParamType;
 use offload_core::{ElfImage, Error, Result};
 use std::ffi::{CStr, CString, c_void};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Process-wide unique program ids (never reused): memfd names.
@@ -69,30 +69,7 @@ impl Program {
     pub fn load(bytes: &[u8], image: ElfImage, has_context: bool) -> Result<Program> {
         let uid = NEXT_UID.fetch_add(1, Ordering::Relaxed);
         let name = CString::new(format!("offload-image-{uid}")).expect("no NUL in name");
-        // SAFETY: valid C string; flags are defined by the kernel ABI.
-        let raw = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if raw < 0 {
-            return Err(Error::System(format!(
-                "memfd_create: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut file = std::fs::File::from(fd);
-        std::io::Write::write_all(&mut file, bytes)
-            .map_err(|e| Error::System(format!("writing image to memfd: {e}")))?;
-        let fd = OwnedFd::from(file);
-        // SAFETY: plain fcntl on our descriptor; a failure to seal is harmless.
-        unsafe {
-            libc::fcntl(
-                fd.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
-            );
-        }
+        let fd = offload_core::fs::sealed_memfd(&name, bytes, "the image")?;
         // A trial load in another process first: what would crash or hang it is refused.
         // It first loads what this process lends the image (libomp, libstdc++).
         crate::probe::trial_load(fd.as_fd(), &crate::probe::providers(&image.imports))?;
@@ -144,15 +121,7 @@ impl Program {
 
     /// Whether `addr` lies in this image (not a dependency or the program).
     fn owns(&self, addr: *mut c_void) -> bool {
-        // SAFETY: `Dl_info` is plain data; all zeroes is a valid value.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: dladdr only reads the loader's tables; `info` is a live out-value.
-        if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
-            return false;
-        }
-        // SAFETY: the loader's NUL-terminated file name of the containing object.
-        let file = unsafe { CStr::from_ptr(info.dli_fname) };
-        file == self.path.as_c_str()
+        offload_core::fs::loaded_file_of(addr as usize).as_deref() == Some(self.path.as_c_str())
     }
 
     /// The parameter types `OFFLOAD_SIGNATURE(kernel, ...)` recorded for `kernel`, if the image

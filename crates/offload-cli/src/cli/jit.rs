@@ -46,28 +46,21 @@ fn post_process_for(
     cpu: &str,
     emit_ptx: bool,
 ) -> Result<(PostProcess, Option<&'static str>), Failure> {
-    let arch = triple.split('-').next().unwrap_or("");
-    Ok(match arch {
-        "nvptx64" | "nvptx" if emit_ptx => (PostProcess::Unchanged, None),
-        "nvptx64" | "nvptx" => match offload_jit_client::ptxas::find()? {
-            Some(p) => (
-                PostProcess::Ptxas {
-                    path: p.path,
-                    version: p.version,
-                    arch: cpu.into(),
-                },
-                None,
+    let nvptx = matches!(triple.split('-').next(), Some("nvptx64" | "nvptx"));
+    if !nvptx || emit_ptx {
+        return Ok((PostProcess::for_target(triple, cpu, None), None));
+    }
+    Ok(match offload_jit_client::ptxas::find()? {
+        Some(p) => (
+            PostProcess::for_target(triple, cpu, Some((&p.path, &p.version))),
+            None,
+        ),
+        None => (
+            PostProcess::for_target(triple, cpu, None),
+            Some(
+                "no ptxas found (OFFLOAD_PTXAS, PATH, CUDA_HOME, /usr/local/cuda): PTX, as the plugin would hand it to the driver's JIT",
             ),
-            None => (
-                PostProcess::Unchanged,
-                Some(
-                    "no ptxas found (OFFLOAD_PTXAS, PATH, CUDA_HOME, /usr/local/cuda): PTX, as the plugin would hand it to the driver's JIT",
-                ),
-            ),
-        },
-        "amdgcn" => (PostProcess::LinkAmdgpuCodeObject { gfx: cpu.into() }, None),
-        _ if triple.contains("linux") => (PostProcess::LinkHostSharedObject, None),
-        _ => (PostProcess::Unchanged, None),
+        ),
     })
 }
 
