@@ -81,10 +81,19 @@ pub type QueueErrorFn = unsafe extern "C" fn(c_int, *mut Queue, *mut c_void);
 pub const SUCCESS: c_int = 0;
 /// `HSA_STATUS_INFO_BREAK`
 pub const INFO_BREAK: c_int = 1;
+/// `HSA_STATUS_ERROR_INVALID_ALLOCATION` (a size the pool cannot give, zero or over its limit)
+const INVALID_ALLOCATION: c_int = 0x1003;
 /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES`
 const OUT_OF_RESOURCES: c_int = 0x1008;
-/// `HSA_STATUS_ERROR_INVALID_ALLOCATION`
-const INVALID_ALLOCATION: c_int = 0x1003;
+/// `HSA_STATUS_ERROR_NOT_INITIALIZED`
+const NOT_INITIALIZED: c_int = 0x100B;
+/// `HSA_STATUS_ERROR_EXCEPTION` (a hardware exception on a queue)
+const EXCEPTION: c_int = 0x1016;
+/// `HSA_STATUS_ERROR_FATAL`
+const FATAL: c_int = 0x1026;
+/// `HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION`, `HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION`,
+/// `HSA_STATUS_ERROR_MEMORY_FAULT` (AMD's queue errors, `hsa_ext_amd.h`)
+const QUEUE_FAULTS: std::ops::RangeInclusive<c_int> = 41..=43;
 /// `HSA_STATUS_ERROR_INVALID_SYMBOL_NAME`
 pub const INVALID_SYMBOL_NAME: c_int = 0x1013;
 
@@ -400,7 +409,17 @@ impl Hsa {
         )
     }
 
-    /// Turns a status into a result; `call` names the call for the message.
+    /// Turns a status into a result; `call` names the call (or what reported the status) for
+    /// the message, which also carries HSA's name and description of the status. The whole
+    /// mapping, by status alone:
+    ///
+    /// - `SUCCESS`, `INFO_BREAK` (an iteration stopped on purpose): `Ok`;
+    /// - `OUT_OF_RESOURCES`, `INVALID_ALLOCATION` (a pool cannot give that size):
+    ///   [`Error::OutOfMemory`];
+    /// - `NOT_INITIALIZED`: [`Error::NoDevice`];
+    /// - `EXCEPTION`, the AMD queue faults (aperture violation, illegal instruction, memory
+    ///   fault) and `FATAL`: [`Error::DeviceFailure`], the queue or device is unusable;
+    /// - anything else: [`Error::Driver`] with the code.
     pub fn check(&self, status: c_int, call: &str) -> Result<()> {
         if status == SUCCESS || status == INFO_BREAK {
             return Ok(());
@@ -408,15 +427,21 @@ impl Hsa {
         let text = self
             .status_text(status)
             .unwrap_or_else(|| format!("HSA status {status:#x}"));
-        Err(match status {
-            OUT_OF_RESOURCES | INVALID_ALLOCATION if call.contains("allocate") => {
-                Error::OutOfMemory(format!("{call}: {text}"))
-            }
-            code => Error::Driver {
-                code: i64::from(code),
-                message: format!("{call} failed: {text}"),
-            },
-        })
+        Err(error_of(status, call, &text))
+    }
+}
+
+/// [`Hsa::check`]'s mapping of a failed status, with the runtime's `text` for it.
+fn error_of(status: c_int, call: &str, text: &str) -> Error {
+    match status {
+        OUT_OF_RESOURCES | INVALID_ALLOCATION => Error::OutOfMemory(format!("{call}: {text}")),
+        NOT_INITIALIZED => Error::NoDevice(format!("{call}: {text}")),
+        EXCEPTION | FATAL => Error::DeviceFailure(format!("{call}: {text}")),
+        s if QUEUE_FAULTS.contains(&s) => Error::DeviceFailure(format!("{call}: {text}")),
+        code => Error::Driver {
+            code: i64::from(code),
+            message: format!("{call} failed: {text}"),
+        },
     }
 }
 
@@ -520,4 +545,47 @@ pub mod aql {
     pub const PROFILE_FULL: i32 = 1;
     /// `HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT`
     pub const ROUNDING_DEFAULT: i32 = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_errors_by_status_alone() {
+        let kind = |status| match error_of(status, "hsa_some_call", "text") {
+            Error::OutOfMemory(m) => {
+                assert_eq!(m, "hsa_some_call: text");
+                "oom"
+            }
+            Error::NoDevice(_) => "no-device",
+            Error::DeviceFailure(m) => {
+                assert!(m.starts_with("hsa_some_call: "), "{m}");
+                "device-failure"
+            }
+            Error::Driver { code, message } => {
+                assert_eq!(code, i64::from(status));
+                assert_eq!(message, "hsa_some_call failed: text");
+                "driver"
+            }
+            other => panic!("{other:?}"),
+        };
+        // The same status gives the same kind whatever the call is named.
+        for (status, want) in [
+            (0x1008, "oom"),
+            (0x1003, "oom"),
+            (0x100B, "no-device"),
+            (0x1016, "device-failure"),
+            (0x1026, "device-failure"),
+            (41, "device-failure"),
+            (42, "device-failure"),
+            (43, "device-failure"),
+            (40, "driver"),
+            (44, "driver"),
+            (0x1001, "driver"),
+            (0x1013, "driver"),
+        ] {
+            assert_eq!(kind(status), want, "status {status:#x}");
+        }
+    }
 }
