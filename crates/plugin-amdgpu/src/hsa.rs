@@ -12,8 +12,8 @@
 //! reason in plain words.
 
 use offload_core::{Error, Result};
-use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::OnceLock;
+use offload_plugin_common::dylib::{self, DriverLibrary, EntryPoint};
+use std::ffi::{c_char, c_int, c_void};
 
 /// Variable naming the HSA runtime library to load.
 pub const ENV_RUNTIME: &str = "OFFLOAD_HSA_RUNTIME";
@@ -97,79 +97,20 @@ const QUEUE_FAULTS: std::ops::RangeInclusive<c_int> = 41..=43;
 /// `HSA_STATUS_ERROR_INVALID_SYMBOL_NAME`
 pub const INVALID_SYMBOL_NAME: c_int = 0x1013;
 
-macro_rules! hsa_calls {
-    ($( $(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:tt; )*) => {
-        /// The entry points used, each resolved on its first call.
-        #[allow(non_snake_case, reason = "fields are named as the runtime's entry points")]
-        #[derive(Default)]
-        struct Symbols {
-            $( $name: OnceLock<Option<usize>>, )*
-        }
-
-        impl Hsa {
-            $(
-                $(#[$doc])*
-                ///
-                /// # Safety
-                /// The arguments must satisfy the HSA API's contract for this call.
-                #[allow(
-                    non_snake_case,
-                    clippy::too_many_arguments,
-                    clippy::unused_unit,
-                    reason = "each method is named and typed as its runtime entry point, `()` for those without a status"
-                )]
-                pub unsafe fn $name(&self, $($arg: $ty),*) -> hsa_calls!(@ret $ret) {
-                    let addr = self
-                        .symbols
-                        .$name
-                        .get_or_init(|| {
-                            // SAFETY: looking a symbol up has no preconditions.
-                            unsafe {
-                                self.lib
-                                    .get::<*const c_void>(concat!(stringify!($name), "\0").as_bytes())
-                                    .ok()
-                                    .map(|s| *s as usize)
-                            }
-                        })
-                        .ok_or_else(|| {
-                            Error::Unsupported(format!(
-                                "the HSA runtime '{}' has no {} (it is older than this plugin needs)",
-                                self.path,
-                                stringify!($name)
-                            ))
-                        })?;
-                    let f: unsafe extern "C" fn($($ty),*) -> hsa_calls!(@cret $ret) =
-                        // SAFETY: the symbol has this C signature in every ROCm 5 and 6 runtime.
-                        unsafe { std::mem::transmute(addr) };
-                    // SAFETY: forwarded contract.
-                    let out = unsafe { f($($arg),*) };
-                    hsa_calls!(@out self, $name, out, $ret)
-                }
-            )*
-        }
-    };
-    (@ret status) => { Result<()> };
-    (@ret $ret:tt) => { Result<$ret> };
-    (@cret status) => { c_int };
-    (@cret $ret:tt) => { $ret };
-    (@out $self:ident, $name:ident, $out:ident, status) => { $self.check($out, stringify!($name)) };
-    (@out $self:ident, $name:ident, $out:ident, $ret:tt) => { Ok($out) };
-}
-
 /// The loaded runtime.
 pub struct Hsa {
-    lib: libloading::Library,
-    path: String,
+    lib: DriverLibrary,
     symbols: Symbols,
+    status_string: EntryPoint,
 }
 
 impl std::fmt::Debug for Hsa {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Hsa({})", self.path)
+        write!(f, "Hsa({})", self.lib.path())
     }
 }
 
-hsa_calls! {
+offload_plugin_common::driver_entry_points!(Hsa {
     /// `hsa_init`
     hsa_init() -> status;
     /// `hsa_iterate_agents`
@@ -234,7 +175,7 @@ hsa_calls! {
     hsa_amd_register_system_event_handler(callback: SystemEventFn, data: *mut c_void) -> status;
     /// `hsa_amd_pointer_info`
     hsa_amd_pointer_info(ptr: *const c_void, info: *mut PointerInfo, alloc: *const c_void, agents: *mut u32, accessible: *mut *mut Handle) -> status;
-}
+});
 
 /// `hsa_amd_pointer_info_t` (the fields up to `global_flags`).
 #[repr(C)]
@@ -337,27 +278,16 @@ impl Hsa {
     /// `hsa_init`s it. A missing library, or a machine without an AMD GPU, is
     /// [`Loaded::Absent`] with the reason in plain words; a bad `OFFLOAD_HSA_RUNTIME` is an error.
     pub fn load() -> Result<Loaded> {
-        let candidates: Vec<String> = match offload_core::env::raw(&[ENV_RUNTIME])? {
-            Some((name, value)) => {
-                if !std::path::Path::new(&value).is_file() {
-                    return Err(Error::InvalidArgument(format!(
-                        "environment variable {name}='{value}': no such file"
-                    )));
-                }
-                vec![value]
-            }
-            None => NAMES.iter().map(|s| s.to_string()).collect(),
-        };
+        let names: Vec<String> = NAMES.iter().map(|s| s.to_string()).collect();
+        let candidates = dylib::candidates(ENV_RUNTIME, &names)?;
         let mut last = String::new();
         for c in &candidates {
-            // SAFETY: opening the runtime runs its initialisers, which is what using it means;
-            // it is never closed.
-            match unsafe { libloading::Library::new(c) } {
+            match DriverLibrary::open(c, "the HSA runtime") {
                 Ok(lib) => {
                     let hsa = Hsa {
                         lib,
-                        path: c.clone(),
                         symbols: Symbols::default(),
+                        status_string: EntryPoint::default(),
                     };
                     // SAFETY: hsa_init has no preconditions.
                     return Ok(match unsafe { hsa.hsa_init() } {
@@ -371,7 +301,7 @@ impl Hsa {
                         }),
                     });
                 }
-                Err(e) => last = e.to_string(),
+                Err(e) => last = e,
             }
         }
         Ok(Loaded::Absent(format!(
@@ -383,30 +313,13 @@ impl Hsa {
 
     /// The library's path (as it was opened).
     pub fn path(&self) -> &str {
-        &self.path
+        self.lib.path()
     }
 
     /// HSA's description of a status.
     fn status_text(&self, status: c_int) -> Option<String> {
-        // SAFETY: looking a symbol up has no preconditions.
-        let f = unsafe {
-            self.lib
-                .get::<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>(
-                    b"hsa_status_string\0",
-                )
-                .ok()?
-        };
-        let mut text: *const c_char = std::ptr::null();
-        // SAFETY: writes a pointer to a static string, or fails for an unknown status.
-        if unsafe { f(status, &mut text) } != SUCCESS || text.is_null() {
-            return None;
-        }
-        // SAFETY: the runtime returns a NUL-terminated static string.
-        Some(
-            unsafe { CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned(),
-        )
+        self.lib
+            .status_text(&self.status_string, c"hsa_status_string", status)
     }
 
     /// Turns a status into a result; `call` names the call (or what reported the status) for

@@ -26,6 +26,7 @@
 //!   (CUDA makes its context current there).
 
 pub mod args;
+pub mod dylib;
 pub mod handles;
 pub mod jit;
 pub mod memory;

@@ -18,8 +18,8 @@
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule, CUstream};
 use offload_core::{Error, Result};
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::sync::OnceLock;
+use offload_plugin_common::dylib::{self, DriverLibrary, EntryPoint};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 /// Variable naming the driver library to load (default: the names cudarc knows, `libcuda.so`,
 /// `libcuda.so.1`, ...).
@@ -52,132 +52,80 @@ const INSUFFICIENT_DRIVER: c_int = 35;
 /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH`
 const DRIVER_MISMATCH: c_int = 803;
 
-macro_rules! driver_calls {
-    ($( $(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* ); )*) => {
-        /// The entry points used, each resolved on its first call.
-        #[allow(non_snake_case, reason = "fields are named as the driver's entry points")]
-        #[derive(Default)]
-        struct Symbols {
-            $( $name: OnceLock<Option<unsafe extern "C" fn($($ty),*) -> c_int>>, )*
-        }
-
-        impl Driver {
-            $(
-                $(#[$doc])*
-                ///
-                /// # Safety
-                /// The arguments must satisfy the CUDA driver API's contract for this call.
-                #[allow(
-                    non_snake_case,
-                    clippy::too_many_arguments,
-                    reason = "each method is named and typed as its driver entry point"
-                )]
-                pub unsafe fn $name(&self, $($arg: $ty),*) -> Result<()> {
-                    let f = self
-                        .symbols
-                        .$name
-                        .get_or_init(|| {
-                            // SAFETY: the symbol has this C signature in every CUDA 12 driver.
-                            unsafe {
-                                self.lib
-                                    .get::<unsafe extern "C" fn($($ty),*) -> c_int>(
-                                        concat!(stringify!($name), "\0").as_bytes(),
-                                    )
-                                    .ok()
-                                    .map(|s| *s)
-                            }
-                        })
-                        .ok_or_else(|| {
-                            Error::Unsupported(format!(
-                                "the CUDA driver '{}' has no {} (it is older than this plugin needs)",
-                                self.path,
-                                stringify!($name)
-                            ))
-                        })?;
-                    // SAFETY: forwarded contract.
-                    let status = unsafe { f($($arg),*) };
-                    self.check(status, stringify!($name))
-                }
-            )*
-        }
-    };
-}
-
 /// The loaded driver library.
 pub struct Driver {
-    lib: libloading::Library,
-    path: String,
+    lib: DriverLibrary,
     symbols: Symbols,
-    error_name: OnceLock<Option<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>>,
-    error_string: OnceLock<Option<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>>,
+    error_name: EntryPoint,
+    error_string: EntryPoint,
 }
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Driver({})", self.path)
+        write!(f, "Driver({})", self.lib.path())
     }
 }
 
-driver_calls! {
+offload_plugin_common::driver_entry_points!(Driver {
     /// `cuDriverGetVersion`
-    cuDriverGetVersion(version: *mut c_int);
+    cuDriverGetVersion(version: *mut c_int) -> status;
     /// `cuDeviceGetCount`
-    cuDeviceGetCount(count: *mut c_int);
+    cuDeviceGetCount(count: *mut c_int) -> status;
     /// `cuDeviceGet`
-    cuDeviceGet(device: *mut CUdevice, ordinal: c_int);
+    cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> status;
     /// `cuDeviceGetName`
-    cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice);
+    cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> status;
     /// `cuDeviceTotalMem_v2`
-    cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice);
+    cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice) -> status;
     /// `cuDeviceGetAttribute`
-    cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice);
+    cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice) -> status;
     /// `cuDevicePrimaryCtxRetain`
-    cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, device: CUdevice);
+    cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, device: CUdevice) -> status;
     /// `cuCtxSetCurrent`
-    cuCtxSetCurrent(ctx: CUcontext);
+    cuCtxSetCurrent(ctx: CUcontext) -> status;
     /// `cuModuleLoadData`
-    cuModuleLoadData(module: *mut CUmodule, image: *const c_void);
+    cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> status;
     /// `cuModuleLoadDataEx`
-    cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, count: c_uint, options: *mut c_int, values: *mut *mut c_void);
+    cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, count: c_uint, options: *mut c_int, values: *mut *mut c_void) -> status;
     /// `cuModuleLoadFatBinary`
-    cuModuleLoadFatBinary(module: *mut CUmodule, image: *const c_void);
+    cuModuleLoadFatBinary(module: *mut CUmodule, image: *const c_void) -> status;
     /// `cuModuleUnload`
-    cuModuleUnload(module: CUmodule);
+    cuModuleUnload(module: CUmodule) -> status;
     /// `cuModuleGetFunction`
-    cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char);
+    cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char) -> status;
     /// `cuFuncGetParamInfo` (CUDA 12.4 on)
-    cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize);
+    cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> status;
     /// `cuFuncGetAttribute`
-    cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction);
+    cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction) -> status;
     /// `cuFuncSetAttribute`
-    cuFuncSetAttribute(f: CUfunction, attribute: c_int, value: c_int);
+    cuFuncSetAttribute(f: CUfunction, attribute: c_int, value: c_int) -> status;
     /// `cuModuleGetGlobal_v2`
-    cuModuleGetGlobal_v2(ptr: *mut CUdeviceptr, bytes: *mut usize, module: CUmodule, name: *const c_char);
+    cuModuleGetGlobal_v2(ptr: *mut CUdeviceptr, bytes: *mut usize, module: CUmodule, name: *const c_char) -> status;
     /// `cuMemAlloc_v2`
-    cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize);
+    cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> status;
     /// `cuMemFree_v2`
-    cuMemFree_v2(ptr: CUdeviceptr);
+    cuMemFree_v2(ptr: CUdeviceptr) -> status;
     /// `cuMemAllocHost_v2`
-    cuMemAllocHost_v2(ptr: *mut *mut c_void, bytes: usize);
+    cuMemAllocHost_v2(ptr: *mut *mut c_void, bytes: usize) -> status;
     /// `cuMemFreeHost`
-    cuMemFreeHost(ptr: *mut c_void);
+    cuMemFreeHost(ptr: *mut c_void) -> status;
     /// `cuMemAllocManaged`
-    cuMemAllocManaged(ptr: *mut CUdeviceptr, bytes: usize, flags: c_uint);
+    cuMemAllocManaged(ptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) -> status;
     /// `cuMemcpyHtoDAsync_v2`
-    cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream);
+    cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream) -> status;
     /// `cuMemcpyDtoHAsync_v2`
-    cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream) -> status;
     /// `cuMemcpyDtoDAsync_v2`
-    cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) -> status;
     /// `cuStreamCreate`
-    cuStreamCreate(stream: *mut CUstream, flags: c_uint);
+    cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> status;
     /// `cuStreamSynchronize`
-    cuStreamSynchronize(stream: CUstream);
+    cuStreamSynchronize(stream: CUstream) -> status;
     /// `cuStreamDestroy_v2`
-    cuStreamDestroy_v2(stream: CUstream);
+    cuStreamDestroy_v2(stream: CUstream) -> status;
     /// `cuLaunchKernel`
-    cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
-}
+    cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> status;
+});
 
 // SAFETY: the library handle and the resolved function pointers may be used from any thread;
 // the driver API is thread-safe.
@@ -202,54 +150,37 @@ impl Driver {
     /// driver); no usable candidate, or a driver without devices, is [`Loaded::Absent`] with
     /// the reasons; a bad `OFFLOAD_CUDA_DRIVER` is an error.
     pub fn load() -> Result<Loaded> {
-        let candidates: Vec<String> = match offload_core::env::raw(&[ENV_DRIVER])? {
-            Some((name, value)) => {
-                if !std::path::Path::new(&value).is_file() {
-                    return Err(Error::InvalidArgument(format!(
-                        "environment variable {name}='{value}': no such file"
-                    )));
-                }
-                vec![value]
+        // libcuda.so.1 first; the unversioned name is a development link or the stub. Then
+        // cudarc's names, without the Windows spellings and duplicates.
+        let mut names = vec!["libcuda.so.1".to_string()];
+        for n in cudarc::get_lib_name_candidates("cuda") {
+            if n.starts_with("libcuda.so") && !names.contains(&n) {
+                names.push(n);
             }
-            None => {
-                // libcuda.so.1 first; the unversioned name is a development link or the stub.
-                // Then cudarc's names, without the Windows spellings and duplicates.
-                let mut names = vec!["libcuda.so.1".to_string()];
-                for n in cudarc::get_lib_name_candidates("cuda") {
-                    if n.starts_with("libcuda.so") && !names.contains(&n) {
-                        names.push(n);
-                    }
-                }
-                names
-            }
-        };
+        }
+        let candidates = dylib::candidates(ENV_DRIVER, &names)?;
         let mut passed_over: Vec<String> = Vec::new();
         let mut not_found = String::new();
         for c in &candidates {
-            // SAFETY: opening the driver library runs its initialisers, which is what using the
-            // driver means; it is never closed.
-            let lib = match unsafe { libloading::Library::new(c) } {
+            let lib = match DriverLibrary::open(c, "the CUDA driver") {
                 Ok(lib) => lib,
                 Err(e) => {
-                    not_found = e.to_string();
+                    not_found = e;
                     continue;
                 }
             };
             let driver = Driver {
                 lib,
-                path: c.clone(),
                 symbols: Symbols::default(),
-                error_name: OnceLock::new(),
-                error_string: OnceLock::new(),
+                error_name: EntryPoint::default(),
+                error_string: EntryPoint::default(),
             };
-            // Called by hand, not through `driver_calls!`: the raw status tells the stub apart.
-            // SAFETY: the symbol has this C signature in every CUDA driver.
-            let init = unsafe {
-                driver
-                    .lib
-                    .get::<unsafe extern "C" fn(c_uint) -> c_int>(b"cuInit\0")
-            };
-            let Ok(init) = init else {
+            // Called by hand, not as an entry-point method: the raw status tells the stub apart.
+            let init = driver.lib.address(c"cuInit").map(|addr| {
+                // SAFETY: the symbol has this C signature in every CUDA driver.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_uint) -> c_int>(addr) }
+            });
+            let Some(init) = init else {
                 passed_over.push(format!("'{c}' has no cuInit (not a CUDA driver)"));
                 continue;
             };
@@ -289,37 +220,7 @@ impl Driver {
 
     /// The library's path (as it was opened).
     pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    fn message(
-        &self,
-        cell: &OnceLock<Option<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>>,
-        symbol: &[u8],
-        status: c_int,
-    ) -> Option<String> {
-        let f = *cell
-            .get_or_init(|| {
-                // SAFETY: the symbol has this C signature in every CUDA driver.
-                unsafe {
-                    self.lib
-                        .get::<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>(symbol)
-                        .ok()
-                        .map(|s| *s)
-                }
-            })
-            .as_ref()?;
-        let mut text: *const c_char = std::ptr::null();
-        // SAFETY: writes a pointer to a static string, or fails for an unknown status.
-        if unsafe { f(status, &mut text) } != SUCCESS || text.is_null() {
-            return None;
-        }
-        // SAFETY: the driver returns a NUL-terminated static string.
-        Some(
-            unsafe { CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned(),
-        )
+        self.lib.path()
     }
 
     /// Turns a status into a result; `call` names the driver call for the message.
@@ -328,10 +229,12 @@ impl Driver {
             return Ok(());
         }
         let name = self
-            .message(&self.error_name, b"cuGetErrorName\0", status)
+            .lib
+            .status_text(&self.error_name, c"cuGetErrorName", status)
             .unwrap_or_else(|| format!("CUDA error {status}"));
         let text = self
-            .message(&self.error_string, b"cuGetErrorString\0", status)
+            .lib
+            .status_text(&self.error_string, c"cuGetErrorString", status)
             .unwrap_or_default();
         let detail = if text.is_empty() {
             name.clone()
@@ -343,15 +246,15 @@ impl Driver {
             STUB_LIBRARY => Error::NoDevice(format!(
                 "'{}' is the CUDA toolkit's stub library, not a driver ({call}: {detail}); install \
                  the NVIDIA driver",
-                self.path
+                self.lib.path()
             )),
             NO_DEVICE => Error::NoDevice(format!(
                 "the CUDA driver '{}' reports no CUDA-capable device ({call}: {detail})",
-                self.path
+                self.lib.path()
             )),
             NOT_INITIALIZED | INSUFFICIENT_DRIVER | DRIVER_MISMATCH => Error::NoDevice(format!(
                 "the CUDA driver '{}' cannot be used ({call}: {detail})",
-                self.path
+                self.lib.path()
             )),
             // Faults of a kernel (illegal address, trap, launch failure, ...) leave the context
             // unusable: every later call of the process on this device fails too.
