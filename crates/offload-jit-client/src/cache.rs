@@ -1,6 +1,6 @@
 //! The content-addressed, single-flight cache of compiled images.
 //!
-//! - The key is a BLAKE3 hash over length-prefixed fields (see [`KeyBuilder`]), never an
+//! - The key is a BLAKE3 hash over length-prefixed fields (see `key.rs`), never an
 //!   address, so a freed image whose address is reused can never hit another program's entry.
 //! - One compile per key: the first requester compiles while later requesters of the same key
 //!   wait for its result; requesters of different keys compile in parallel (the lock is held
@@ -18,32 +18,6 @@ use offload_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
-
-/// Builds a [`CacheKey`]: each field is its name and its bytes, both length-prefixed, so no
-/// two different field lists can produce the same byte stream.
-#[derive(Debug, Default)]
-pub struct KeyBuilder(blake3::Hasher);
-
-impl KeyBuilder {
-    /// Starts a key.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds a field.
-    pub fn field(&mut self, name: &str, bytes: &[u8]) -> &mut Self {
-        for part in [name.as_bytes(), bytes] {
-            self.0.update(&(part.len() as u64).to_le_bytes());
-            self.0.update(part);
-        }
-        self
-    }
-
-    /// The key.
-    pub fn finish(&self) -> CacheKey {
-        CacheKey(*self.0.finalize().as_bytes())
-    }
-}
 
 type Outcome = std::result::Result<Arc<CompiledImage>, Error>;
 
@@ -294,6 +268,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::KeyBuilder;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
@@ -306,26 +281,6 @@ mod tests {
             bytes,
             signatures: Vec::new(),
         }
-    }
-
-    #[test]
-    fn keys_are_length_prefixed() {
-        let a = KeyBuilder::new()
-            .field("x", b"ab")
-            .field("y", b"c")
-            .finish();
-        let b = KeyBuilder::new()
-            .field("x", b"a")
-            .field("y", b"bc")
-            .finish();
-        assert_ne!(a, b);
-        assert_eq!(
-            a,
-            KeyBuilder::new()
-                .field("x", b"ab")
-                .field("y", b"c")
-                .finish()
-        );
     }
 
     #[test]

@@ -161,87 +161,6 @@ enum DirState {
     Unusable(String),
 }
 
-/// Identity of a file by its metadata: `path size mtime` (for files too large to hash, whose
-/// package installs them with the package's times, so nodes with one package agree).
-pub fn file_stamp(path: &Path) -> String {
-    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    match std::fs::metadata(&canonical) {
-        Ok(m) => format!(
-            "{} {} {}.{}",
-            canonical.display(),
-            m.size(),
-            m.mtime(),
-            m.mtime_nsec()
-        ),
-        Err(e) => format!("{} ({e})", canonical.display()),
-    }
-}
-
-/// The LLVM shared library in `libdir` (`libLLVM.so.19.1`, `libLLVM-19.so`).
-pub fn find_llvm_library(libdir: &Path) -> Option<PathBuf> {
-    let mut names: Vec<PathBuf> = std::fs::read_dir(libdir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so"))
-        })
-        .collect();
-    names.sort();
-    names.into_iter().next()
-}
-
-/// BLAKE3 of a file's contents, remembered in `memo_dir` under the file's metadata (device,
-/// inode, size, modification and change times: a changed file gets a new memo), so a process
-/// hashes a given executable once per machine.
-pub fn file_digest(path: &Path, memo_dir: Option<&Path>) -> std::io::Result<[u8; 32]> {
-    let m = std::fs::metadata(path)?;
-    let meta = format!(
-        "{} {} {} {} {}.{} {}.{}",
-        path.display(),
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec()
-    );
-    let memo = memo_dir.map(|d| {
-        d.join(format!(
-            "toolchain-{}.id",
-            &blake3::hash(meta.as_bytes()).to_hex()[..32]
-        ))
-    });
-    if let Some(memo) = &memo
-        && let Ok(bytes) = std::fs::read(memo)
-        && bytes.len() == 64
-        && bytes[32..] == *blake3::hash(&bytes[..32]).as_bytes()
-    {
-        return Ok(bytes[..32].try_into().expect("32 bytes"));
-    }
-    let mut hasher = blake3::Hasher::new();
-    let mut f = File::open(path)?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let digest = *hasher.finalize().as_bytes();
-    if let Some(memo) = &memo {
-        let mut bytes = digest.to_vec();
-        bytes.extend_from_slice(blake3::hash(&digest).as_bytes());
-        // Best effort: a memo that cannot be written is computed again next time.
-        let _ = write_atomically(memo, &bytes);
-    }
-    Ok(digest)
-}
-
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn tmp_name(dir: &Path, what: &str) -> PathBuf {
@@ -263,7 +182,7 @@ fn create_private(path: &Path) -> std::io::Result<File> {
 }
 
 /// Writes `bytes` to a private temporary file next to `path` and renames it into place.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = tmp_name(dir, name);

@@ -19,13 +19,15 @@ pub mod cache;
 pub mod config;
 pub mod disk;
 pub mod inprocess;
+pub mod key;
 pub mod limits;
 pub mod ptxas;
 pub mod worker;
 
-pub use cache::{Cache, CompileError, KeyBuilder};
+pub use cache::{Cache, CompileError};
 pub use config::{DiskConfig, DiskMode, Isolation, JitConfig};
 pub use disk::{DiskCache, DiskStats};
+pub use key::KeyBuilder;
 pub use worker::WorkerStats;
 
 use offload_core::jit::protocol;
@@ -119,30 +121,6 @@ impl JitClient {
         self.config.as_ref().map_err(Clone::clone)
     }
 
-    /// The cache key of a request: BLAKE3 over the image, the target, every setting that
-    /// changes the output, the LLVM and engine versions and the post-processing step.
-    pub fn key(config: &JitConfig, request: &CompileRequest<'_>) -> CacheKey {
-        let o = &config.options;
-        let mut k = KeyBuilder::new();
-        k.field("image", request.image)
-            .field("triple", request.target.triple.as_bytes())
-            .field("cpu", request.target.cpu.as_bytes())
-            .field("features", request.target.features.as_bytes())
-            .field("opt", &[o.opt_level, u8::from(o.skip_opt)])
-            .field("llvm", LLVM_VERSION.as_bytes())
-            .field("engine", ENGINE_VERSION.as_bytes())
-            .field(
-                "replacement-module",
-                o.replacement_module.as_ref().map_or(&[][..], |r| &r.bytes),
-            )
-            .field(
-                "replacement-object",
-                o.replacement_object.as_ref().map_or(&[][..], |r| &r.bytes),
-            )
-            .field("post-process", request.post.id().as_bytes());
-        k.finish()
-    }
-
     /// The disk cache.
     pub fn disk(&self) -> &DiskCache {
         &self.disk
@@ -161,15 +139,8 @@ impl JitClient {
             let engine = self.locate(name).ok()?;
             let memo = (config.disk.mode == DiskMode::ReadWrite && self.disk.usable().is_ok())
                 .then_some(config.disk.dir.as_path());
-            let digest = disk::file_digest(&engine, memo).ok()?;
-            let llvm = disk::find_llvm_library(Path::new(LLVM_LIBDIR))
-                .map(|p| disk::file_stamp(&p))
-                .unwrap_or_else(|| format!("no libLLVM in '{LLVM_LIBDIR}'"));
-            let mut k = KeyBuilder::new();
-            k.field("engine", &digest)
-                .field("isolation", name.as_bytes())
-                .field("llvm-library", llvm.as_bytes());
-            Some(k.finish().0)
+            let digest = key::file_digest(&engine, memo).ok()?;
+            Some(key::toolchain(&digest, name))
         })
     }
 
@@ -189,23 +160,7 @@ impl JitClient {
         {
             return None;
         }
-        let toolchain = self.toolchain()?;
-        let tool = match &request.post {
-            offload_core::jit::PostProcess::Unchanged => String::new(),
-            offload_core::jit::PostProcess::LinkHostSharedObject
-            | offload_core::jit::PostProcess::LinkAmdgpuCodeObject { .. } => {
-                offload_core::jit::locate_lld()
-                    .map(|p| disk::file_stamp(&p))
-                    .unwrap_or_default()
-            }
-            offload_core::jit::PostProcess::Ptxas { path, .. } => disk::file_stamp(Path::new(path)),
-        };
-        let mut k = KeyBuilder::new();
-        k.field("schema", &disk::SCHEMA.to_le_bytes())
-            .field("key", &key.0)
-            .field("toolchain", &toolchain)
-            .field("tool", tool.as_bytes());
-        Some(k.finish())
+        Some(key::disk_key(key, &self.toolchain()?, &request.post))
     }
 
     /// Adds directories to look for the worker in (the runtime adds its plugin directories).
@@ -325,7 +280,7 @@ impl JitClient {
                     .into(),
             ));
         }
-        let key = Self::key(config, request);
+        let key = key::request_key(config, request);
         let describe = || {
             format!(
                 "image {} ({} bytes) for {} {}",
