@@ -29,27 +29,19 @@ pub struct Activity(u64);
 /// Starts an activity described by `what` ("compiling image 3f2a… for x86_64 znver3").
 pub fn activity(what: String) -> Activity {
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    ACTIVITIES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push((id, what, Instant::now()));
+    crate::sync::lock(&ACTIVITIES).push((id, what, Instant::now()));
     Activity(id)
 }
 
 impl Drop for Activity {
     fn drop(&mut self) {
-        ACTIVITIES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(id, _, _)| *id != self.0);
+        crate::sync::lock(&ACTIVITIES).retain(|(id, _, _)| *id != self.0);
     }
 }
 
 /// The oldest activity in progress: what it is and how long it has run.
 pub fn current_activity() -> Option<(String, Duration)> {
-    ACTIVITIES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    crate::sync::lock(&ACTIVITIES)
         .first()
         .map(|(_, what, since)| (what.clone(), since.elapsed()))
 }

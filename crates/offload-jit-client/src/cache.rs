@@ -229,7 +229,7 @@ impl Cache {
             if let Some(r) = result.as_ref() {
                 return r.clone();
             }
-            result = flight.done.wait(result).unwrap_or_else(|p| p.into_inner());
+            result = offload_core::sync::wait(&flight.done, result);
         }
     }
 

@@ -534,17 +534,13 @@ impl Supervisor {
                         st = lock(&worker.state);
                         // Wait for the reader to publish the death (no deadline now).
                         while st.dead.is_none() && !matches!(st.pending.get(&id), Some(Some(_))) {
-                            st = worker.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+                            st = offload_core::sync::wait(&worker.changed, st);
                         }
                         continue;
                     }
-                    st = worker
-                        .changed
-                        .wait_timeout(st, deadline - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    st = offload_core::sync::wait_timeout(&worker.changed, st, deadline - now).0;
                 }
-                None => st = worker.changed.wait(st).unwrap_or_else(|p| p.into_inner()),
+                None => st = offload_core::sync::wait(&worker.changed, st),
             }
         }
     }
@@ -742,11 +738,7 @@ fn start(settings: &WorkerSettings, deaths: Arc<AtomicU64>) -> Result<Arc<Worker
                 START_TIMEOUT.as_secs()
             )));
         }
-        st = worker
-            .changed
-            .wait_timeout(st, deadline - now)
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
+        st = offload_core::sync::wait_timeout(&worker.changed, st, deadline - now).0;
     }
 }
 

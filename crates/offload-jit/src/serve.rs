@@ -126,7 +126,7 @@ fn install_handlers() {
 fn rendezvous(n: u32) -> offload_core::Result<()> {
     static STARTED: (Mutex<u32>, Condvar) = (Mutex::new(0), Condvar::new());
     let (m, cv) = &STARTED;
-    let mut started = m.lock().unwrap_or_else(|p| p.into_inner());
+    let mut started = offload_core::sync::lock(m);
     *started += 1;
     cv.notify_all();
     let (started, timeout) = cv
@@ -188,7 +188,7 @@ pub fn worker_main() -> i32 {
         engine: crate::ENGINE_VERSION.to_string(),
     };
     {
-        let mut out = stdout.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = offload_core::sync::lock(&stdout);
         if protocol::write_frame(&mut *out, 0, protocol::HELLO, &hello.encode()).is_err() {
             return 1;
         }
@@ -217,7 +217,7 @@ pub fn worker_main() -> i32 {
                 CURRENT.with(|c| c.set(frame.id));
                 let result = handle(&frame.payload);
                 drop(frame.payload);
-                let mut out = out_for_thread.lock().unwrap_or_else(|p| p.into_inner());
+                let mut out = offload_core::sync::lock(&out_for_thread);
                 let written = protocol::write_frame(&mut *out, frame.id, protocol::RESULT, &result);
                 drop(out);
                 CURRENT.with(|c| c.set(0));
@@ -231,7 +231,7 @@ pub fn worker_main() -> i32 {
             let result = protocol::encode_result(&Err(offload_core::Error::System(format!(
                 "the JIT worker cannot start a compile thread: {e}"
             ))));
-            let mut out = stdout.lock().unwrap_or_else(|p| p.into_inner());
+            let mut out = offload_core::sync::lock(&stdout);
             let _ = protocol::write_frame(&mut *out, frame.id, protocol::RESULT, &result);
             let _ = out.flush();
         }

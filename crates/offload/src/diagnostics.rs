@@ -174,7 +174,7 @@ pub fn init_with(settings: impl FnOnce() -> Result<Settings>) -> Result<()> {
             if s.any() {
                 diag::epoch();
                 if let Some(path) = &s.profile {
-                    *PROFILE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Profile {
+                    *offload_core::sync::lock(&PROFILE) = Some(Profile {
                         path: path.clone(),
                         events: Vec::new(),
                         threads: HashMap::new(),
@@ -206,7 +206,7 @@ pub fn phase(name: &str, start: Instant, end: Instant) -> f64 {
     if matches!(INSTALLED.get(), Some(Ok(s)) if s.debug > 0) {
         debug_line("offload::run", &format!("{name} ({ms:.3} ms)"));
     }
-    let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = offload_core::sync::lock(&PROFILE);
     if let Some(p) = guard.as_mut() {
         let tid = thread_track(p);
         p.events.push(obj! {
@@ -230,7 +230,7 @@ extern "C" fn flush_at_exit() {
 
 /// Writes the profile now (if one was asked for); later events are written at exit.
 pub fn flush_profile() -> Result<()> {
-    let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = offload_core::sync::lock(&PROFILE);
     let Some(p) = guard.as_mut() else {
         return Ok(());
     };
@@ -446,7 +446,7 @@ where
             let text = data.fields.all(&label);
             debug_line(meta.target(), &format!("{text} ({ms:.3} ms)"));
         }
-        let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = offload_core::sync::lock(&PROFILE);
         if let Some(p) = guard.as_mut() {
             // Operations on a queue go on the queue's track.
             let tid = match data.fields.get("queue").filter(|q| *q != "0") {
@@ -487,7 +487,7 @@ where
             if self.debug > 0 {
                 debug_line(meta.target(), &fields.message);
             }
-            let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
+            let mut guard = offload_core::sync::lock(&PROFILE);
             if let Some(p) = guard.as_mut() {
                 if !p.workers.contains(&worker) {
                     p.workers.push(worker);
@@ -514,7 +514,7 @@ where
         if self.debug > 0 {
             debug_line(meta.target(), &fields.all(&fields.message));
         }
-        let mut guard = PROFILE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = offload_core::sync::lock(&PROFILE);
         if let Some(p) = guard.as_mut() {
             let tid = thread_track(p);
             p.events.push(obj! {

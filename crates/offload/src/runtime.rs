@@ -48,10 +48,7 @@ fn configure_jit(config: JitConfig) -> Result<()> {
 /// counted under that name). Made once per name: plugins keep the pointer forever.
 fn jit_service_for(name: &str) -> &'static AbiJitService {
     static TABLES: OnceLock<Mutex<HashMap<String, &'static AbiJitService>>> = OnceLock::new();
-    let mut tables = TABLES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut tables = offload_core::sync::lock(TABLES.get_or_init(Mutex::default));
     tables
         .entry(name.to_string())
         .or_insert_with(|| jit_service_table(jit_client().service(name)))

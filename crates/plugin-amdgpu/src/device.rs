@@ -79,10 +79,7 @@ unsafe extern "C" fn system_event(event: *const hsa::SystemEvent, _data: *mut c_
             reasons.join(", ")
         }
     );
-    FAULTS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push((e.agent, text));
+    offload_core::sync::lock(&FAULTS).push((e.agent, text));
     hsa::SUCCESS
 }
 
@@ -429,7 +426,7 @@ impl AmdDevice {
 
     /// The memory fault the runtime reported for this device, if any: the GPU's state is lost.
     fn fault(&self) -> Option<Error> {
-        let faults = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+        let faults = offload_core::sync::lock(&FAULTS);
         let (_, text) = faults.iter().find(|(agent, _)| *agent == self.agent)?;
         Some(Error::DeviceFailure(format!(
             "{} on {}: the device's work is lost; restart the process",
@@ -1097,7 +1094,7 @@ impl DeviceBackend for AmdDevice {
                         // launches of several threads share it (HSA queues take many writers)
                         // and do not wait for each other's kernels.
                         let queue = {
-                            let mut own = self.own_queue.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut own = offload_core::sync::lock(&self.own_queue);
                             if own.as_ref().is_some_and(|q| q.failed().is_some()) {
                                 *own = None;
                             }

@@ -80,7 +80,7 @@ impl<T: Clone> Table<T> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, T>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        offload_core::sync::lock(&self.map)
     }
 
     /// Stores `value` under a new handle.

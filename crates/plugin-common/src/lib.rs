@@ -749,7 +749,7 @@ impl<B: Backend> Plugin<B> {
 
     /// The layer's device `index` (for backends' own tests).
     pub fn layer_device(&self, index: usize) -> Result<Arc<Device<B::Device>>> {
-        let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        let mut devices = offload_core::sync::lock(&self.devices);
         if devices.len() <= index {
             devices.resize_with(index + 1, || None);
         }

@@ -137,7 +137,7 @@ impl Hold {
     /// work has run, or is dropped unrun).
     pub fn mark_queued(&self) -> QueuedMark {
         for r in &self.regions {
-            *r.queued.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            *offload_core::sync::lock(&r.queued) += 1;
         }
         QueuedMark(self.regions.clone())
     }
@@ -145,9 +145,9 @@ impl Hold {
     /// Waits until no queued work uses a pinned region (for a synchronous operation).
     pub fn wait_queued(&self) {
         for r in &self.regions {
-            let mut n = r.queued.lock().unwrap_or_else(|p| p.into_inner());
+            let mut n = offload_core::sync::lock(&r.queued);
             while *n > 0 {
-                n = r.idle.wait(n).unwrap_or_else(|p| p.into_inner());
+                n = offload_core::sync::wait(&r.idle, n);
             }
         }
     }
@@ -159,7 +159,7 @@ impl Hold {
         regions.sort_by_key(|r| r.ptr);
         regions
             .into_iter()
-            .map(|r| r.access.lock().unwrap_or_else(|p| p.into_inner()))
+            .map(|r| offload_core::sync::lock(&r.access))
             .collect()
     }
 }
@@ -171,7 +171,7 @@ pub struct QueuedMark(Vec<Arc<Region>>);
 impl Drop for QueuedMark {
     fn drop(&mut self) {
         for r in &self.0 {
-            let mut n = r.queued.lock().unwrap_or_else(|p| p.into_inner());
+            let mut n = offload_core::sync::lock(&r.queued);
             *n = n.saturating_sub(1);
             if *n == 0 {
                 r.idle.notify_all();
@@ -188,7 +188,7 @@ pub struct Regions {
 
 impl Regions {
     fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Region>>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        offload_core::sync::lock(&self.map)
     }
 
     /// Adds a region (an allocation, or a global looked up by a caller).

@@ -105,7 +105,7 @@ impl Queue {
         let (m, cv) = &*self.state;
         let mut s = lock(m);
         while s.pending > 0 {
-            s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+            s = offload_core::sync::wait(cv, s);
         }
         match &s.failed {
             Some(e) => Err(e.clone().context(format!("{} failed", self.name))),
@@ -176,7 +176,7 @@ impl Event {
     fn wait_for(&self, generation: u64) -> Result<()> {
         let mut s = lock(&self.state);
         while s.completed < generation {
-            s = self.done.wait(s).unwrap_or_else(|p| p.into_inner());
+            s = offload_core::sync::wait(&self.done, s);
         }
         match &s.error {
             Some(e) => Err(e.clone().context("the work an event followed failed")),

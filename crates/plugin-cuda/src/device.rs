@@ -300,10 +300,7 @@ impl CudaDevice {
     /// launch needs more than it is now (the default is 48 KiB less the static size): the
     /// attribute only ever goes up, and is set once.
     fn allow_dynamic_shared(&self, kernel: &Function, name: &str, bytes: u32) -> Result<()> {
-        let mut limit = kernel
-            .dynamic_limit
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut limit = offload_core::sync::lock(&kernel.dynamic_limit);
         if bytes <= *limit {
             return Ok(());
         }

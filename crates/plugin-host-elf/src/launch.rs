@@ -489,10 +489,7 @@ where
                 Ok(_) => {
                     if let Err(s) = run(begin, begin + size) {
                         stop.store(true, Ordering::Relaxed);
-                        failure
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(s);
+                        offload_core::sync::lock(&failure).get_or_insert(s);
                         return;
                     }
                     begin = next.load(Ordering::Relaxed);

@@ -221,7 +221,7 @@ fn next_launch(s: &Shared, seen: u64) -> u64 {
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
             return g;
         }
-        guard = s.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
+        guard = offload_core::sync::wait(&s.wake, guard);
     }
 }
 

@@ -102,7 +102,7 @@ struct TestDevice {
 impl TestDevice {
     /// Runs `f` on the bytes `[ptr, ptr + len)` of the allocation containing them.
     fn with_range<T>(&self, ptr: DevicePtr, len: u64, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
-        let mut mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let mut mem = offload_core::sync::lock(&self.memory);
         let (&start, buf) = mem
             .range_mut(..=ptr.0)
             .next_back()
@@ -168,17 +168,11 @@ impl DeviceBackend for TestDevice {
         buf.try_reserve_exact(size as usize)
             .map_err(|_| Error::OutOfMemory(format!("testdev: {size} bytes")))?;
         buf.resize(size as usize, 0);
-        self.memory
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(addr, buf);
+        offload_core::sync::lock(&self.memory).insert(addr, buf);
         Ok(DevicePtr(addr))
     }
     fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
-        self.memory
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&ptr.0);
+        offload_core::sync::lock(&self.memory).remove(&ptr.0);
     }
     fn stream_create(&self) -> Result<()> {
         Ok(())
