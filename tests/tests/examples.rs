@@ -116,7 +116,9 @@ fn offload_build_packs_every_target_into_one_container_each_device_picks_from() 
         .compile_to(&dir, "all")
         .unwrap_or_else(|e| panic!("{e}"));
     let bytes = std::fs::read(&path).unwrap();
-    let c = offload_core::container::parse(&bytes).unwrap().unwrap();
+    let c = offload_core::image::container::parse(&bytes)
+        .unwrap()
+        .unwrap();
     let labels: Vec<String> = c.entries.iter().map(|e| e.label()).collect();
     assert_eq!(labels.len(), 4, "{labels:?}");
     assert!(

@@ -805,11 +805,14 @@ fn the_triple_reader_survives_every_bit_flip_of_real_bitcode() {
         ),
     ] {
         let bc = std::fs::read(kernel_ir("saxpy", &target, "bc")).unwrap();
-        assert_eq!(offload_core::bitcode::module_triple(&bc).unwrap(), want);
+        assert_eq!(
+            offload_core::image::bitcode::module_triple(&bc).unwrap(),
+            want
+        );
         let (mut ok, mut refused) = (0usize, 0usize);
         let started = Instant::now();
         for len in 0..bc.len() {
-            match offload_core::bitcode::module_triple(&bc[..len]) {
+            match offload_core::image::bitcode::module_triple(&bc[..len]) {
                 Ok(_) => ok += 1,
                 Err(e) => {
                     assert!(e.to_string().contains("malformed LLVM bitcode"), "{e}");
@@ -820,7 +823,7 @@ fn the_triple_reader_survives_every_bit_flip_of_real_bitcode() {
         for bit in 0..bc.len() * 8 {
             let mut m = bc.clone();
             m[bit / 8] ^= 1 << (bit % 8);
-            match offload_core::bitcode::module_triple(&m) {
+            match offload_core::image::bitcode::module_triple(&m) {
                 Ok(_) => ok += 1,
                 Err(e) => {
                     assert!(e.to_string().contains("malformed LLVM bitcode"), "{e}");

@@ -25,7 +25,7 @@
 //! `clang-19` has the NVPTX and AMDGPU back ends, and AMD code objects need `ld.lld`, from
 //! `lld-19`). Every compiler run is printed on failure with its diagnostics.
 
-use offload_core::container::{PackImage, offload_binary};
+use offload_core::image::container::{PackImage, offload_binary};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;

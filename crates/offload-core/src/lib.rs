@@ -8,11 +8,12 @@
 //! - [`Error`]: one error type whose variants callers match on. Caller bugs
 //!   ([`Error::InvalidArgument`], [`Error::NotFound`], [`Error::InvalidImage`]) are kept apart
 //!   from runtime failures ([`Error::OutOfMemory`], [`Error::Driver`], ...).
-//! - [`image`]: classification of device images (native ELF with the fields routing needs,
-//!   LLVM bitcode, or neither) with an error naming the byte or field for every malformed
-//!   input.
-//! - [`bitcode`], [`triple`]: the target triple of a bitcode or IR module and whether it fits
-//!   an engine, read without LLVM (routing happens in processes that never load it).
+//! - [`image`]: everything read out of device images, with an error naming the byte or field
+//!   for every malformed input: classification (native ELF with the fields routing needs, LLVM
+//!   bitcode, or neither), what the dynamic loader trusts of an ELF ([`image::elf_dyn`]), the
+//!   containers that hold images ([`image::container`]), and the target triple of a bitcode or
+//!   IR module and whether it fits an engine ([`image::bitcode`], [`image::triple`]), read
+//!   without LLVM (routing happens in processes that never load it).
 //! - [`jit`]: what plugins ask of the JIT and get back, and the byte format that crosses the
 //!   plugin ABI and the pipe to the JIT worker process.
 //! - [`types`]: device pointers, handles, launch dimensions, typed kernel arguments and device
@@ -21,11 +22,8 @@
 //! There is no LLVM here: the JIT engine lives in `offload-jit`.
 
 pub mod abi;
-pub mod bitcode;
 pub mod checked;
-pub mod container;
 pub mod diag;
-pub mod elf_dyn;
 pub mod env;
 pub mod error;
 pub mod fs;
@@ -37,7 +35,6 @@ pub mod rand;
 pub mod sync;
 pub mod text;
 pub mod traits;
-pub mod triple;
 pub mod types;
 
 pub use error::{Error, ErrorKind, Result};

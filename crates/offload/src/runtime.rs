@@ -752,7 +752,7 @@ impl Runtime {
     }
 
     fn route_inner(&self, image: &[u8]) -> Result<Device> {
-        if let Some(c) = offload_core::container::parse(image)? {
+        if let Some(c) = offload_core::image::container::parse(image)? {
             tracing::info!(
                 target: "offload::image",
                 "a {} holding {} image(s): {}",
@@ -869,7 +869,7 @@ impl Runtime {
 
     fn route_jit_input(&self, image: &[u8]) -> Result<Device> {
         // Read without LLVM: routing never maps libLLVM, and a malformed module fails here.
-        let triple = offload_core::bitcode::module_triple(image)?;
+        let triple = offload_core::image::bitcode::module_triple(image)?;
         if triple.is_empty() && offload_core::image::is_empty_llvm_module(image) {
             return Err(Error::Unsupported(
                 "the LLVM module is empty (only comments, no top-level entities) and has no \

@@ -57,7 +57,7 @@ pub fn check_native(image: &[u8], kind: &ImageKind) -> Result<()> {
     }
     let elf = ElfImage::parse(image, &requirements())?;
     // ROCr's loader maps and relocates a code object much as glibc's does a shared object.
-    offload_core::elf_dyn::validate(image)?;
+    offload_core::image::elf_dyn::validate(image)?;
     target::code_object_target(info, image.get(8).copied().unwrap_or(0))?;
     let meta = metadata::read(image)?;
     for k in &meta.kernels {

@@ -7,8 +7,9 @@
 
 use crate::{DeviceBackend, Fit};
 use offload_core::image::ImageKind;
-use offload_core::triple::triples_match;
-use offload_core::{Error, ImageClaim, Result, classify, container};
+use offload_core::image::container;
+use offload_core::image::triple::triples_match;
+use offload_core::{Error, ImageClaim, Result, classify};
 use std::sync::Arc;
 
 /// The plugin-level check of a native image ([`crate::Backend::check_native`]).
@@ -143,7 +144,7 @@ fn single(
 ) -> Result<()> {
     let kind = classify(bytes)?;
     if kind.is_jit_input() {
-        let triple = offload_core::bitcode::module_triple(bytes)?;
+        let triple = offload_core::image::bitcode::module_triple(bytes)?;
         return match served.refuses_bitcode(&triple) {
             Some(why) => Err(Error::InvalidImage(why)),
             None => Ok(()),
@@ -206,7 +207,7 @@ pub fn for_device<'a, D: DeviceBackend>(
             entry: Some(format!("{label} ({})", e.origin)),
         };
         if kind.is_jit_input() {
-            let triple = match offload_core::bitcode::module_triple(e.bytes) {
+            let triple = match offload_core::image::bitcode::module_triple(e.bytes) {
                 Ok(t) => t,
                 Err(err) => {
                     reasons.push(format!("{label}: {}", err.message()));

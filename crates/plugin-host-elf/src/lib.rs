@@ -68,11 +68,13 @@ pub(crate) fn requirements() -> ElfRequirements<'static> {
 }
 
 /// Everything checked of a native image before the dynamic loader sees it: the ELF structure,
-/// what the loader trusts (`offload_core::elf_dyn`), and the kernel header's context variable.
+/// what the loader trusts (`offload_core::image::elf_dyn`), and the kernel header's context variable.
 /// Returns the parsed image, its layout and whether it has the context variable.
-pub(crate) fn check_image(image: &[u8]) -> Result<(ElfImage, offload_core::elf_dyn::Layout, bool)> {
+pub(crate) fn check_image(
+    image: &[u8],
+) -> Result<(ElfImage, offload_core::image::elf_dyn::Layout, bool)> {
     let elf = ElfImage::parse(image, &requirements())?;
-    let layout = offload_core::elf_dyn::validate(image)?;
+    let layout = offload_core::image::elf_dyn::validate(image)?;
     let has_context = program::check_context(&elf, &layout)?;
     Ok((elf, layout, has_context))
 }

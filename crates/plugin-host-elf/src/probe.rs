@@ -1,6 +1,6 @@
 //! A trial load in a separate process. glibc's dynamic loader trusts what it reads, and an
 //! image's initialisers run inside `dlopen`: an image damaged in a way the structural checks
-//! (`offload_core::elf_dyn`) cannot see, say in the code its initialisers run, would crash or
+//! (`offload_core::image::elf_dyn`) cannot see, say in the code its initialisers run, would crash or
 //! hang the process that loads it. So the image is first loaded by `offload-dlopen-probe` (next
 //! to this plugin, or next to the executable), from the same sealed memory file; only if that
 //! process loads it and exits normally is it loaded here.

@@ -253,14 +253,17 @@ impl Drop for Program {
 /// and that each is what the header makes: a writable, pointer-sized, aligned data object of
 /// the image itself. Anything else under those names (a function, a constant, a smaller object)
 /// is refused: the plugin writes a pointer into them.
-pub fn check_context(image: &ElfImage, layout: &offload_core::elf_dyn::Layout) -> Result<bool> {
+pub fn check_context(
+    image: &ElfImage,
+    layout: &offload_core::image::elf_dyn::Layout,
+) -> Result<bool> {
     check_pointer_variable(image, layout, &BARRIER_SYMBOL.to_string_lossy())?;
     check_pointer_variable(image, layout, &CONTEXT_SYMBOL.to_string_lossy())
 }
 
 fn check_pointer_variable(
     image: &ElfImage,
-    layout: &offload_core::elf_dyn::Layout,
+    layout: &offload_core::image::elf_dyn::Layout,
     name: &str,
 ) -> Result<bool> {
     let Some(s) = image.symbol(name) else {

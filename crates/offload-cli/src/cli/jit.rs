@@ -80,9 +80,10 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
     }
     let opt_level = config.options.opt_level;
     let shown = a.image.display();
-    let module_triple = offload_core::bitcode::module_triple(&image)
+    let module_triple = offload_core::image::bitcode::module_triple(&image)
         .map_err(|e| e.context(format!("image '{shown}'")))?;
-    if !module_triple.is_empty() && !offload_core::triple::triples_match(&module_triple, &a.target)
+    if !module_triple.is_empty()
+        && !offload_core::image::triple::triples_match(&module_triple, &a.target)
     {
         return Err(Failure::Runtime(format!(
             "image '{shown}': bitcode is for '{module_triple}', not '{}'",

@@ -7,6 +7,11 @@
 //! validates the whole structure (section and program headers, symbol tables) with the `object`
 //! crate and lists the exported symbols.
 
+pub mod bitcode;
+pub mod container;
+pub mod elf_dyn;
+pub mod triple;
+
 use crate::error::{Error, Result};
 use object::read::elf::{ElfFile64, FileHeader, Sym};
 use object::{Endianness, Object, ObjectSection, ObjectSymbol, SymbolKind};
