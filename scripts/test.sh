@@ -42,7 +42,7 @@ run_group() {
   rm -f "$log"
 }
 
-run_group core    -p offload-core -p offload -p offload-cli
+run_group core    -p offload-core -p offload-abi -p offload -p offload-cli
 run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation) | binary(jit_disk_cache)'
 run_group layer   -p plugin-common
 run_group host    -p plugin-host-elf -p offload-examples -p offload-tests -E 'package(plugin-host-elf) | package(offload-examples) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(launch_builder) | binary(examples) | binary(compile_fail) | binary(queue_model) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory) | binary(hostile) | binary(host_work_groups) | binary(host_barrier_regions) | binary(host_item_bounds) | binary(host_wait) | binary(jit_split) | binary(diagnostics)'

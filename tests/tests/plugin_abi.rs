@@ -3,8 +3,8 @@
 //! failing initialisation are reported with their reason while the other plugins keep working.
 
 use offload::{Error, KernelArg, LaunchDims, Runtime};
-use offload_core::abi::loader::check_table;
-use offload_core::abi::{ABI_MAGIC, ABI_MAJOR, ABI_MINOR, PluginTable};
+use offload_abi::loader::check_table;
+use offload_abi::{ABI_MAGIC, ABI_MAJOR, ABI_MINOR, PluginTable};
 use offload_tests::*;
 
 const TESTDEV_MACHINE: u16 = 0x7E57;

@@ -1,5 +1,5 @@
 //! The checks every plugin gets, whichever way it is reached: through the C ABI
-//! ([`crate::abi::export`] wraps every exported plugin in a [`CheckedPlugin`]) or linked into
+//! (`offload_abi::export` wraps every exported plugin in a [`CheckedPlugin`]) or linked into
 //! the process (the runtime wraps in-process plugins the same way). LLVM's plugin interface
 //! makes them in its generic layer; here they sit in front of every backend:
 //!

@@ -3,8 +3,9 @@
 //! The vocabulary every part of the offload runtime shares:
 //!
 //! - [`GenericPlugin`] / [`GenericDevice`]: what a backend implements and what the runtime
-//!   calls. Backends are `cdylib`s loaded at run time; [`abi`] carries the traits across the
-//!   library boundary as a versioned C table, so neither side writes FFI by hand.
+//!   calls. Backends are `cdylib`s loaded at run time; the `offload-abi` crate carries the
+//!   traits across the library boundary as a versioned C table, so neither side writes FFI by
+//!   hand.
 //! - [`Error`]: one error type whose variants callers match on. Caller bugs
 //!   ([`Error::InvalidArgument`], [`Error::NotFound`], [`Error::InvalidImage`]) are kept apart
 //!   from runtime failures ([`Error::OutOfMemory`], [`Error::Driver`], ...).
@@ -21,7 +22,6 @@
 //!
 //! There is no LLVM here: the JIT engine lives in `offload-jit`.
 
-pub mod abi;
 pub mod checked;
 pub mod diag;
 pub mod env;

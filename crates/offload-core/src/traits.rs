@@ -1,8 +1,8 @@
 //! The two traits every backend implements and the runtime consumes.
 //!
 //! A backend crate implements [`GenericPlugin`] and [`GenericDevice`] in plain Rust and exports
-//! them with [`crate::export_plugin!`]. The runtime loads the library and gets the same traits
-//! back through [`crate::abi::loader`], so both sides only ever hold `dyn GenericPlugin` and
+//! them with `offload_abi::export_plugin!`. The runtime loads the library and gets the same traits
+//! back through `offload_abi::loader`, so both sides only ever hold `dyn GenericPlugin` and
 //! `dyn GenericDevice`. Checks common to every backend (device index in range, launch shape
 //! within the device's limits, null pointers, empty images) are done once in the ABI layer
 //! before a backend method is called, so backends implement only their own part.

@@ -2,8 +2,8 @@
 //! programs and device buffers.
 
 use crate::discovery;
-use offload_core::abi::AbiJitService;
-use offload_core::abi::loader::{LoadedPlugin, jit_service_table};
+use offload_abi::AbiJitService;
+use offload_abi::loader::{LoadedPlugin, jit_service_table};
 use offload_core::image::{ElfEndian, machine};
 use offload_core::{
     DeviceInfo, Error, GenericDevice, GenericPlugin, ImageKind, KernelArg, KernelHandle,

@@ -34,6 +34,7 @@ pub mod queue;
 pub mod select;
 
 pub use memory::Hold;
+pub use offload_abi;
 pub use offload_core;
 
 use handles::{Kind, Table};
@@ -281,7 +282,7 @@ pub const MAX_COPY_PIECES: u64 = 8;
 #[macro_export]
 macro_rules! export_backend {
     ($ctor:expr) => {
-        $crate::offload_core::export_plugin!(|| $crate::Plugin::new($ctor()));
+        $crate::offload_abi::export_plugin!(|| $crate::Plugin::new($ctor()));
     };
 }
 

@@ -17,7 +17,7 @@
 //! `odd-strings` (device names with a newline and a terminal escape). `OFFLOAD_TESTDEV_DEVICES`
 //! sets the device count (default 2).
 
-use offload_core::abi::{AbiHeader, PluginTable, TABLE_SIZE_1_0, TABLE_SIZE_1_1, TABLE_SIZE_1_3};
+use offload_abi::{AbiHeader, PluginTable, TABLE_SIZE_1_0, TABLE_SIZE_1_1, TABLE_SIZE_1_3};
 use offload_core::image::{ElfRequirements, ImageKind, elf_type};
 use offload_core::jit::ParamType;
 use offload_core::{
@@ -260,7 +260,7 @@ fn guarded_copy(table: &PluginTable, size: usize, minor: u16) -> *const PluginTa
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_plugin_entry() -> *const PluginTable {
     static TABLE: Mutex<Option<&'static PluginTable>> = Mutex::new(None);
-    let table = offload_core::abi::export::entry(&TABLE, || {
+    let table = offload_abi::export::entry(&TABLE, || {
         if mode() == "panic-entry" {
             panic!("testdev constructor panics (OFFLOAD_TESTDEV_MODE=panic-entry)");
         }

@@ -12,13 +12,13 @@
 //!   memory the other allocated.
 //! - Queue argument `0` means "synchronous"; real queue handles are never 0.
 //! - Every entry catches panics (a panic across `extern "C"` aborts the process) and reports
-//!   them as [`crate::Error::PluginPanic`].
+//!   them as [`offload_core::Error::PluginPanic`].
 //! - ABI 1.2 adds `set_jit_service`: the runtime hands every plugin its process-wide JIT
 //!   ([`AbiJitService`]), so all plugins of a process share one JIT worker and one cache.
 //! - ABI 1.3 adds events (create, record, wait, synchronize, query, destroy),
 //!   `image_claims` (what image kinds a plugin serves) and `plugin_properties` (facts for
 //!   `offload info`).
-//! - ABI 1.4 adds the kernel-argument kind `word` ([`crate::KernelArg::Word`]): one
+//! - ABI 1.4 adds the kernel-argument kind `word` ([`offload_core::KernelArg::Word`]): one
 //!   pointer-sized value passed as the kernel's parameter is declared (OpenMP's convention).
 //! - ABI 1.5 adds `event_elapsed`: the time between two completed events.
 //! - The runtime never forms a reference to a plugin's table: it copies the `table_size`
@@ -30,6 +30,9 @@
 
 pub mod export;
 pub mod loader;
+
+/// The ground floor the ABI carries (for the export macro's paths).
+pub use offload_core;
 
 use std::ffi::{c_char, c_void};
 
@@ -93,7 +96,7 @@ pub struct AbiStringOut {
     pub write: unsafe extern "C" fn(ctx: *mut c_void, bytes: *const u8, len: usize),
 }
 
-/// Numeric part of [`crate::DeviceInfo`].
+/// Numeric part of [`offload_core::DeviceInfo`].
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AbiDeviceInfo {
@@ -127,7 +130,7 @@ pub struct AbiLaunchDims {
     pub reserved: u32,
 }
 
-/// One kernel argument: a kind code from [`crate::types::arg_kind`] and its bits.
+/// One kernel argument: a kind code from [`offload_core::types::arg_kind`] and its bits.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AbiKernelArg {
@@ -265,7 +268,7 @@ pub mod entry {
     /// `event_destroy`
     pub type OnHandle = unsafe extern "C" fn(Ctx, dev: u32, handle: u64, Err) -> i32;
     /// `jit_stats(ctx, out, err)`
-    pub type JitStats = unsafe extern "C" fn(Ctx, out: *mut crate::JitStats, Err) -> i32;
+    pub type JitStats = unsafe extern "C" fn(Ctx, out: *mut offload_core::JitStats, Err) -> i32;
     /// `set_jit_service(ctx, service, err)`
     pub type SetJitService = unsafe extern "C" fn(Ctx, service: *const AbiJitService, Err) -> i32;
     /// `event_record(ctx, dev, event, queue, err)` and `event_wait`

@@ -10,10 +10,10 @@ use super::{
     AbiKernelArg, AbiLaunchDims, AbiStringOut, ENTRY_SYMBOL, EntryFn, MAX_TABLE_SIZE, PluginTable,
     SYNC_QUEUE, TABLE_SIZE_1_0,
 };
-use crate::error::{Error, Result};
-use crate::jit::{CompileRequest, JitService};
-use crate::traits::{GenericDevice, GenericPlugin};
-use crate::types::{
+use offload_core::error::{Error, Result};
+use offload_core::jit::{CompileRequest, JitService};
+use offload_core::traits::{GenericDevice, GenericPlugin};
+use offload_core::types::{
     DeviceInfo, DeviceLimits, DevicePtr, EventHandle, GlobalSymbol, ImageClaim, KernelArg,
     KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle,
 };
@@ -70,7 +70,7 @@ unsafe fn header_str(p: *const std::ffi::c_char, field: &str, path: &Path) -> Re
         return Err(Error::AbiMismatch(format!(
             "{}: header field '{field}' contains control characters ({})",
             path.display(),
-            crate::text::printable(s)
+            offload_core::text::printable(s)
         )));
     }
     Ok(s.to_owned())
@@ -434,10 +434,10 @@ impl GenericPlugin for LoadedPlugin {
         }
     }
 
-    fn jit_stats(&self) -> Option<crate::JitStats> {
+    fn jit_stats(&self) -> Option<offload_core::JitStats> {
         let t = &self.table;
         let f = t.jit_stats?;
-        let mut out = crate::JitStats::default();
+        let mut out = offload_core::JitStats::default();
         // SAFETY: checked entry; `out` is a live local.
         self.call("jit_stats", |err| unsafe { f(t.ctx, &mut out, err) })
             .ok()
@@ -854,7 +854,7 @@ unsafe extern "C" fn serve_jit(
     out: *const AbiStringOut,
     err: *const AbiErrorOut,
 ) -> i32 {
-    let result = crate::panic::catch(|| -> Result<Vec<u8>> {
+    let result = offload_core::panic::catch(|| -> Result<Vec<u8>> {
         if ctx.is_null() || out.is_null() || (head.is_null() && head_len > 0) {
             return Err(Error::InvalidArgument(
                 "JIT service called with a null pointer".into(),
@@ -872,13 +872,13 @@ unsafe extern "C" fn serve_jit(
                 std::slice::from_raw_parts(image, image_len),
             )
         };
-        let (target, post) = crate::jit::decode_request_head(head)?;
+        let (target, post) = offload_core::jit::decode_request_head(head)?;
         let output = service.compile(&CompileRequest {
             image,
             target,
             post,
         })?;
-        Ok(crate::jit::encode_output(&output))
+        Ok(offload_core::jit::encode_output(&output))
     })
     .unwrap_or_else(|text| {
         Err(Error::PluginPanic(format!(
