@@ -205,18 +205,11 @@ fn a_bad_thread_count_is_refused_by_name() {
     let bc = host_bitcode("saxpy");
     let out = scratch("jit-split-bad").join("saxpy.so");
     for bad in ["0", "65", "many", "-1"] {
-        let o = offload(
-            &[
-                "jit",
-                bc.to_str().unwrap(),
-                "--target",
-                "x86_64-unknown-linux-gnu",
-                "--cpu",
-                "x86-64-v3",
-                "-o",
-                out.to_str().unwrap(),
-            ],
-            &[("OFFLOAD_JIT_CODEGEN_THREADS", bad), ("OFFLOAD_CACHE", "0")],
+        let o = host_jit_run(
+            &bc,
+            "x86-64-v3",
+            &out,
+            &[("OFFLOAD_JIT_CODEGEN_THREADS", bad)],
         );
         assert!(
             !o.status.success(),
