@@ -173,8 +173,8 @@ macro_rules! driver_entry_points {
             )*
         }
     };
-    (@ret status) => { ::offload_core::Result<()> };
-    (@ret $ret:tt) => { ::offload_core::Result<$ret> };
+    (@ret status) => { $crate::offload_core::Result<()> };
+    (@ret $ret:tt) => { $crate::offload_core::Result<$ret> };
     (@cret status) => { ::std::ffi::c_int };
     (@cret $ret:tt) => { $ret };
     (@out $self:ident, $name:ident, $out:ident, status) => { $self.check($out, stringify!($name)) };
