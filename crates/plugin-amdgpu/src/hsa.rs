@@ -91,9 +91,11 @@ const NOT_INITIALIZED: c_int = 0x100B;
 const EXCEPTION: c_int = 0x1016;
 /// `HSA_STATUS_ERROR_FATAL`
 const FATAL: c_int = 0x1026;
-/// `HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION`, `HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION`,
-/// `HSA_STATUS_ERROR_MEMORY_FAULT` (AMD's queue errors, `hsa_ext_amd.h`)
-const QUEUE_FAULTS: std::ops::RangeInclusive<c_int> = 41..=43;
+/// `HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION`: the first of AMD's queue errors
+/// (`hsa_ext_amd.h`), then `HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION` (42)...
+const APERTURE_VIOLATION: c_int = 41;
+/// ...and `HSA_STATUS_ERROR_MEMORY_FAULT`, the last.
+const MEMORY_FAULT: c_int = 43;
 /// `HSA_STATUS_ERROR_INVALID_SYMBOL_NAME`
 pub const INVALID_SYMBOL_NAME: c_int = 0x1013;
 
@@ -243,11 +245,8 @@ pub const MEMORY_FAULT_EVENT: c_int = 0;
 /// Callback of `hsa_amd_register_system_event_handler`.
 pub type SystemEventFn = unsafe extern "C" fn(*const SystemEvent, *mut c_void) -> c_int;
 
-// SAFETY: the library handle and resolved addresses may be used from any thread; the HSA API is
-// thread-safe.
-unsafe impl Send for Hsa {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Hsa {}
+// `Hsa` is `Send` and `Sync` by its fields (the library and resolved addresses); calling it
+// from any thread is sound because the HSA API is thread-safe.
 
 /// What loading the runtime came to.
 #[derive(Debug)]
@@ -349,8 +348,9 @@ fn error_of(status: c_int, call: &str, text: &str) -> Error {
     match status {
         OUT_OF_RESOURCES | INVALID_ALLOCATION => Error::OutOfMemory(format!("{call}: {text}")),
         NOT_INITIALIZED => Error::NoDevice(format!("{call}: {text}")),
-        EXCEPTION | FATAL => Error::DeviceFailure(format!("{call}: {text}")),
-        s if QUEUE_FAULTS.contains(&s) => Error::DeviceFailure(format!("{call}: {text}")),
+        EXCEPTION | FATAL | APERTURE_VIOLATION..=MEMORY_FAULT => {
+            Error::DeviceFailure(format!("{call}: {text}"))
+        }
         code => Error::Driver {
             code: i64::from(code),
             message: format!("{call} failed: {text}"),

@@ -127,11 +127,8 @@ offload_plugin_common::driver_entry_points!(Driver {
     cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> status;
 });
 
-// SAFETY: the library handle and the resolved function pointers may be used from any thread;
-// the driver API is thread-safe.
-unsafe impl Send for Driver {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Driver {}
+// `Driver` is `Send` and `Sync` by its fields (the library and resolved addresses); calling it
+// from any thread is sound because the CUDA driver API is thread-safe.
 
 /// What loading the driver came to.
 #[derive(Debug)]
