@@ -1,8 +1,8 @@
 //! Plugin side of the ABI: turns a `Box<dyn GenericPlugin>` into a [`PluginTable`].
 //!
 //! The checks every backend needs (init once, device range, empty images and names, null
-//! pointers, zero sizes, launch shapes) are [`offload_core::checked`]'s, which every exported plugin
-//! is wrapped in, as in-process plugins are; what is checked here is the C boundary itself:
+//! pointers, zero sizes, launch shapes) are [`offload_core::checked`]'s, which every exported
+//! plugin is wrapped in, as in-process plugins are; what is checked here is the C boundary itself:
 //! null out-pointers, pointer and length pairs, UTF-8 names, argument encodings, and every
 //! panic is caught.
 

@@ -110,8 +110,9 @@ pub fn this_library_dir() -> Option<std::path::PathBuf> {
 }
 
 /// The file name, as the dynamic loader recorded it (`dladdr`), of the loaded object (shared
-/// library or executable) whose mapping holds the address `addr`; `None` where no loaded object holds it or
-/// the loader records no name. Any address may be asked about: nothing is read at `addr`.
+/// library or executable) whose mapping holds the address `addr`; `None` where no loaded
+/// object holds it or the loader records no name. Any address may be asked about: nothing is
+/// read at `addr`.
 pub fn loaded_file_of(addr: usize) -> Option<std::ffi::CString> {
     // SAFETY: `Dl_info` is plain data; all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };

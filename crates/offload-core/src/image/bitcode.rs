@@ -1,12 +1,12 @@
 //! Reading the target triple of an LLVM module without LLVM.
 //!
 //! Routing needs the triple of every bitcode image, in processes that must not map libLLVM
-//! (`docs/decisions.md`, decision 2) and must survive any input: LLVM's own lazy reader crashes on some malformed
-//! files. This is a small, bounded reader of LLVM's bitstream container, just enough to find
-//! the first `MODULE_CODE_TRIPLE` record: blocks are entered or skipped by their length,
-//! abbreviations (local and from the `BLOCKINFO` block) are honoured, and every read is checked
-//! against the end of the data, so malformed input is an error that says where, never a panic
-//! or a loop. Textual IR is scanned for its `target triple` line.
+//! (`docs/decisions.md`, decision 2) and must survive any input: LLVM's own lazy reader
+//! crashes on some malformed files. This is a small, bounded reader of LLVM's bitstream
+//! container, just enough to find the first `MODULE_CODE_TRIPLE` record: blocks are entered or
+//! skipped by their length, abbreviations (local and from the `BLOCKINFO` block) are honoured,
+//! and every read is checked against the end of the data, so malformed input is an error that
+//! says where, never a panic or a loop. Textual IR is scanned for its `target triple` line.
 
 use crate::error::{Error, Result};
 use crate::image::{BITCODE_MAGIC, BITCODE_WRAPPER_MAGIC};
