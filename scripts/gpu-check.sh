@@ -49,7 +49,7 @@ prepare() {
   cargo build --release --workspace --quiet
   rm -rf "$pack"
   mkdir -p "$pack/bin" "$pack/images"
-  for f in offload offload-jit-worker "$backend-gpu-check" "liboffload_plugin_$backend.so" liboffload_plugin_host.so; do
+  for f in offload offload-jit-worker offload-dlopen-probe "$backend-gpu-check" "liboffload_plugin_$backend.so" liboffload_plugin_host.so; do
     strip -o "$pack/bin/$f" "target/release/$f"
   done
   local bins=(target/release/offload-jit-worker)
@@ -105,7 +105,9 @@ dry_run() {
   if [ "$backend" = cuda ]; then
     "$check" prepare "$out/images"
     clang-19 -shared -fPIC -O1 -Wall -Werror -pthread tests/fake-cuda/fake_cuda.c -o "$out/libcuda_fake.so"
-    export OFFLOAD_CUDA_DRIVER=$out/libcuda_fake.so FAKE_CUDA_LOG=$out/driver.log FAKE_CUDA_FAULT=fault:700
+    # heavy: the thread limit its registers give it with ptxas 12.9 on sm_90 (130 registers).
+    export OFFLOAD_CUDA_DRIVER=$out/libcuda_fake.so FAKE_CUDA_LOG=$out/driver.log FAKE_CUDA_FAULT=fault:700 \
+      FAKE_CUDA_KERNEL_LIMITS=heavy:448:0
     echo "== the check against the fake driver"
     "$check" run "$out/images" 200
   else

@@ -239,6 +239,55 @@ fn all_cases() -> Vec<Case> {
     ]
 }
 
+impl Case {
+    /// The sizes of the kernel's parameters as the case passes them (a buffer is a pointer).
+    pub fn arg_sizes(&self) -> Vec<usize> {
+        self.args
+            .iter()
+            .map(|a| match a {
+                Arg::Scalar(v) => v.size(),
+                Arg::Buffer { .. } => std::mem::size_of::<u64>(),
+            })
+            .collect()
+    }
+
+    /// The same launch with its last argument left out: one the driver must refuse.
+    pub fn one_argument_short(&self) -> Case {
+        Case {
+            args: self.args[..self.args.len().saturating_sub(1)].to_vec(),
+            dims: self.dims,
+            ..*self
+        }
+    }
+}
+
+/// `heavy(n, in, out)` (`kernels/heavy.c`, about 130 registers a thread on sm_90) on 2^20
+/// words with `block` threads per block.
+pub fn heavy_case(block: u32) -> Case {
+    let n = 1usize << 20;
+    Case {
+        kernel: "heavy",
+        symbol: "heavy",
+        note: "",
+        dims: LaunchDims {
+            grid: [(n as u32).div_ceil(block.max(1)), 1, 1],
+            block: [block, 1, 1],
+            shared_mem_bytes: 0,
+        },
+        args: vec![
+            Arg::Scalar(KernelArg::I32(n as i32)),
+            Arg::Buffer {
+                bytes: 4 * n,
+                init: Init::IotaU32,
+            },
+            Arg::Buffer {
+                bytes: 4 * n,
+                init: Init::Zero,
+            },
+        ],
+    }
+}
+
 fn with_shared(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32) -> LaunchDims {
     LaunchDims {
         grid,
@@ -375,6 +424,15 @@ impl Report {
         }));
     }
 
+    /// Records a check that could not run on this machine (a tool it needs is missing), with
+    /// the reason: neither a pass nor a failure, and said so in the summary.
+    pub fn skipped(&mut self, check: &str, why: &str) {
+        println!("skip {check:56} {why}");
+        self.entries.push(serde_json::json!({
+            "check": check, "status": "skipped", "detail": why, "ms": 0.0,
+        }));
+    }
+
     /// Runs `f` as check `check`, timing it; a panic inside is that check's failure.
     pub fn run(&mut self, check: &str, f: impl FnOnce() -> Result<String, String>) {
         let t = Instant::now();
@@ -398,7 +456,8 @@ impl Report {
         }
     }
 
-    /// Writes the summary: `{backend, device, dry_run, passed, failed, checks: [...]}`.
+    /// Writes the summary: `{backend, device, dry_run, passed, failed, not_compared, skipped,
+    /// checks: [...]}`.
     pub fn write_json(
         &self,
         path: &std::path::Path,
@@ -413,6 +472,7 @@ impl Report {
             "passed": count("pass"),
             "failed": count("fail"),
             "not_compared": count("not-compared"),
+            "skipped": count("skipped"),
             "checks": self.entries,
         });
         std::fs::write(
