@@ -496,6 +496,7 @@ CUresult cuStreamSynchronize(void *handle) {
   struct stream *s = stream_of(handle, "cuStreamSynchronize");
   if (!s)
     return INVALID_CONTEXT;
+  say("stream-synchronize %s\n", s->is_default ? "default" : "stream");
   drain(s);
   return sticky[context_index()];
 }

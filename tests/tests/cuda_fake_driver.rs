@@ -52,11 +52,17 @@ fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
     offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]))
 }
 
-/// The driver contracts the fake checks: no call without a context, no copy outside an
-/// allocation, no free of something not allocated; and everything allocated is freed, every
-/// stream destroyed.
+/// The driver contracts the fake checks: no call without a context or under another device's,
+/// no copy outside an allocation, no free of something not allocated, no work that runs after
+/// its memory was freed; and everything allocated is freed, every stream destroyed.
 fn assert_contracts_kept(lines: &[String], what: &str) {
-    for bad in ["no-context", "bad-free", "bad-copy"] {
+    for bad in [
+        "no-context",
+        "wrong-context",
+        "bad-free",
+        "bad-copy",
+        "use-after-free",
+    ] {
         let hits: Vec<&String> = lines.iter().filter(|l| l.starts_with(bad)).collect();
         assert!(hits.is_empty(), "{what}: {hits:?}");
     }
@@ -650,6 +656,76 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
         "{lines:#?}"
     );
     assert_contracts_kept(&lines, "threads and queues");
+}
+
+#[test]
+fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
+    // Queued operations are only put on the stream (no wait after each); what they use stays
+    // alive, and synchronous operations and events wait, until the stream has run them. The
+    // fake runs each operation 3 ms after the one before, so anything released or read early
+    // shows: a read of the old value, a "use-after-free".
+    use offload::LaunchDims;
+    let log = log_file("back-to-back");
+    let rt = in_process(&log, &[("FAKE_CUDA_DELAY_US", "3000")]);
+    let device = rt.device("cuda", 0).unwrap();
+    let add_k = nvptx_jit(
+        &nvptx_bitcode("add_k", "sm_90"),
+        "sm_90",
+        &["--emit-ptx"],
+        "back-to-back",
+    );
+    let program = device.load(&add_k).unwrap();
+    let add = program.kernel("add_k").unwrap();
+    let n = 1000usize;
+    let dims = LaunchDims::for_elems(n as u64, 128).unwrap();
+    let queue = device.queue().unwrap();
+    let mut x = device.alloc::<u32>(n).unwrap();
+    x.fill(1).unwrap();
+    for _ in 0..5 {
+        add.launch(dims)
+            .arg(n as i32)
+            .arg(2u32)
+            .arg(&mut x)
+            .run_on(&queue)
+            .unwrap();
+    }
+    let after = queue.record().unwrap();
+    // A synchronous read waits for the queued launches that write the buffer.
+    assert!(x.to_vec().unwrap().iter().all(|v| *v == 11));
+    after.synchronize().unwrap();
+    assert!(after.is_complete().unwrap());
+    // Memory dropped while a queued launch uses it is freed after the launch has run.
+    let mut y = device.alloc::<u32>(n).unwrap();
+    y.fill(0).unwrap();
+    add.launch(dims)
+        .arg(n as i32)
+        .arg(7u32)
+        .arg(&mut y)
+        .run_on(&queue)
+        .unwrap();
+    drop(y);
+    queue.synchronize().unwrap();
+    drop(x);
+    drop(queue);
+    drop(add);
+    drop(program);
+    drop(rt);
+    let lines = log_lines(&log);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("launch add_k"))
+            .count(),
+        6,
+        "{lines:#?}"
+    );
+    // One stream synchronize for the 5 back-to-back launches, not one each.
+    let syncs = lines
+        .iter()
+        .filter(|l| l.starts_with("stream-synchronize stream"))
+        .count();
+    assert!(syncs <= 3, "{syncs} stream synchronizes: {lines:#?}");
+    assert_contracts_kept(&lines, "back to back");
 }
 
 #[test]

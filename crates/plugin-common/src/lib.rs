@@ -222,7 +222,23 @@ pub trait DeviceBackend: Send + Sync + Sized + 'static {
     }
     /// Makes what one queue runs on.
     fn stream_create(&self) -> Result<Self::Stream>;
-    /// Runs `op` to completion on the calling thread (`stream`: the queue's, if it is queued).
+    /// Whether the device's streams order its work (CUDA streams: yes; the default: no). Then
+    /// `execute` given a queue's stream only puts the operation on it, and returns; the layer
+    /// keeps what the operation uses alive, and counts it as done, only once
+    /// [`DeviceBackend::sync_stream`] has returned after it (see [`queue`]). Without a stream,
+    /// `execute` still runs the operation to completion. Only asked of a backend that does not
+    /// lock regions ([`DeviceBackend::locks_regions`]).
+    fn stream_ordered(&self) -> bool {
+        false
+    }
+    /// Waits until every operation put on `stream` has run; the error of one that failed. Only
+    /// called when [`DeviceBackend::stream_ordered`] says yes.
+    fn sync_stream(&self, stream: &Self::Stream) -> Result<()> {
+        let _ = stream;
+        Ok(())
+    }
+    /// Runs `op` to completion on the calling thread, or, queued (`stream`: the queue's) on a
+    /// [stream-ordered](DeviceBackend::stream_ordered) device, puts it on the stream.
     fn execute(&self, op: Op<'_, Self>, stream: Option<&Self::Stream>) -> Result<()>;
 }
 
@@ -259,8 +275,14 @@ pub fn copy_within<D: DeviceBackend>(
     if len.div_ceil(distance) > MAX_COPY_PIECES
         && let Ok(tmp) = backend.alloc(len, MemoryKind::Device)
     {
-        // `execute` runs each copy to completion, so the allocation is free to go after.
-        let result = copy(tmp.0, src.0, len).and_then(|()| copy(dst.0, tmp.0, len));
+        let mut result = copy(tmp.0, src.0, len).and_then(|()| copy(dst.0, tmp.0, len));
+        // The allocation is free to go once both copies have run: `execute` has run them,
+        // unless it only put them on a stream.
+        if let Some(stream) = stream
+            && backend.stream_ordered()
+        {
+            result = result.and(backend.sync_stream(stream));
+        }
         backend.free(tmp, len, MemoryKind::Device);
         return result;
     }
@@ -389,6 +411,14 @@ impl<D: DeviceBackend> Device<D> {
                 let backend = self.backend.clone();
                 let stream = entry.stream.clone();
                 let mark = hold.mark_queued();
+                if self.streamed() {
+                    // Kept until the stream has been drained after the operation.
+                    return entry.queue.submit_enqueued(Box::new(move |keep| {
+                        keep.push(Box::new((hold, mark)));
+                        backend.enter()?;
+                        op(&backend, Some(&stream))
+                    }));
+                }
                 entry.queue.submit(
                     Box::new(move |_| {
                         backend.enter()?;
@@ -407,6 +437,12 @@ impl<D: DeviceBackend> Device<D> {
                 )
             }
         }
+    }
+
+    /// Whether queued operations are only put on the queue's stream (see
+    /// [`DeviceBackend::stream_ordered`]).
+    fn streamed(&self) -> bool {
+        !self.backend.locks_regions() && self.backend.stream_ordered()
     }
 
     fn pin(&self, hold: &mut Hold, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
@@ -656,7 +692,19 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         // The handle is not known before the insert; the thread is named by a serial.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let queue = queue::Queue::new(format!("queue {n} of {}", self.name))?;
+        let name = format!("queue {n} of {}", self.name);
+        let drain: Option<queue::Drain> = if self.streamed() {
+            let (backend, stream, what) = (self.backend.clone(), stream.clone(), name.clone());
+            Some(Box::new(move || {
+                backend.enter()?;
+                backend
+                    .sync_stream(&stream)
+                    .map_err(|e| e.context(format!("work queued on {what}")))
+            }))
+        } else {
+            None
+        };
+        let queue = queue::Queue::new(name, drain)?;
         self.queues
             .insert(Arc::new(QueueEntry { queue, stream }))
             .map(QueueHandle)

@@ -6,8 +6,18 @@
 //! submit is refused, and `synchronize` returns the error, every time, without hanging, until
 //! the queue is destroyed and a new one created. Event jobs still run on a failed queue, so that
 //! nobody waiting for an event waits forever; the event carries the queue's error.
+//!
+//! A queue of a device with streams that order its work (CUDA) also takes *enqueued* jobs
+//! ([`Queue::submit_enqueued`]): the job only puts its operation on the stream and hands over
+//! what must stay alive until the operation has run. The worker **drains** the stream (the
+//! queue's `drain`, a stream synchronize) when it has caught up with its submitters, before any
+//! other job (an event's, a wait's), and after [`MAX_IN_FLIGHT`] enqueued jobs; only then are
+//! their keep-alives dropped and the jobs counted as done. So the GPU runs a queue's operations
+//! back to back while `synchronize`, events and the memory's lifetime still mean "has run". A
+//! failure the drain reports fails the queue like a failed job.
 
 use offload_core::{Error, Result};
+use std::any::Any;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -17,50 +27,163 @@ use offload_core::sync::lock;
 /// A job: gets the queue's failure, if any (only jobs submitted with `always` run then).
 pub type Job = Box<dyn FnOnce(Option<&Error>) -> Result<()> + Send>;
 
+/// What an enqueued job's operation needs alive until the stream has been drained.
+pub type KeepAlive = Box<dyn Any + Send>;
+
+/// An enqueued job: puts its operation on the stream, after pushing what the operation needs
+/// alive into the list it is given (pushed first, so that it is kept even when enqueueing fails
+/// part way).
+pub type EnqueueJob = Box<dyn FnOnce(&mut Vec<KeepAlive>) -> Result<()> + Send>;
+
+/// Waits until everything enqueued on a queue's stream has run (its error, if any failed).
+pub type Drain = Box<dyn Fn() -> Result<()> + Send>;
+
+/// At most this many enqueued jobs run ahead of a drain.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+enum Message {
+    Run(Job, bool),
+    Enqueue(EnqueueJob),
+}
+
 #[derive(Debug, Default)]
 struct State {
     pending: u64,
     failed: Option<Error>,
 }
 
+type Shared = Arc<(Mutex<State>, Condvar)>;
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct Queue {
     name: String,
-    sender: Mutex<Option<mpsc::Sender<(Job, bool)>>>,
-    state: Arc<(Mutex<State>, Condvar)>,
+    sender: Mutex<Option<mpsc::Sender<Message>>>,
+    state: Shared,
     worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The worker's enqueued jobs whose operations may still be running.
+struct InFlight {
+    jobs: u64,
+    keep: Vec<KeepAlive>,
+    drain: Option<Drain>,
+}
+
+impl InFlight {
+    /// Drains the stream, then drops the keep-alives and counts the jobs as done (a drain's
+    /// failure fails the queue).
+    fn settle(&mut self, state: &Shared, name: &str) {
+        if self.jobs == 0 && self.keep.is_empty() {
+            return;
+        }
+        let outcome = match &self.drain {
+            Some(drain) => offload_core::panic::catch(drain).unwrap_or_else(|m| {
+                Err(Error::PluginPanic(format!(
+                    "draining the stream of {name} panicked: {m}"
+                )))
+            }),
+            None => Ok(()),
+        };
+        self.keep.clear();
+        finish(state, std::mem::take(&mut self.jobs), outcome);
+    }
+}
+
+/// Counts `jobs` as done with `outcome` (the first failure is the queue's).
+fn finish(state: &Shared, jobs: u64, outcome: Result<()>) {
+    let mut s = lock(&state.0);
+    s.pending -= jobs;
+    if let Err(e) = outcome
+        && s.failed.is_none()
+    {
+        s.failed = Some(e);
+    }
+    state.1.notify_all();
 }
 
 impl Queue {
     /// Starts a queue's worker thread; `name` appears in messages and as the thread's name.
-    pub fn new(name: String) -> Result<Queue> {
-        let (tx, rx) = mpsc::channel::<(Job, bool)>();
-        let state: Arc<(Mutex<State>, Condvar)> = Arc::default();
+    /// `drain` waits for the stream that enqueued jobs put their operations on (`None`: the
+    /// queue takes no enqueued jobs that outlive their call).
+    pub fn new(name: String, drain: Option<Drain>) -> Result<Queue> {
+        let (tx, rx) = mpsc::channel::<Message>();
+        let state: Shared = Arc::default();
         let worker_state = state.clone();
         let thread_name = name.clone();
         let worker = std::thread::Builder::new()
             .name(thread_name.clone())
             .spawn(move || {
-                for (job, always) in rx {
-                    let failed = lock(&worker_state.0).failed.clone();
-                    let outcome = if failed.is_some() && !always {
-                        Ok(())
+                let mut in_flight = InFlight {
+                    jobs: 0,
+                    keep: Vec::new(),
+                    drain,
+                };
+                loop {
+                    let message = if in_flight.jobs == 0 && in_flight.keep.is_empty() {
+                        match rx.recv() {
+                            Ok(m) => m,
+                            Err(_) => break,
+                        }
                     } else {
-                        offload_core::panic::catch(|| job(failed.as_ref())).unwrap_or_else(|m| {
-                            Err(Error::PluginPanic(format!(
-                                "a job on {thread_name} panicked: {m}"
-                            )))
-                        })
+                        match rx.try_recv() {
+                            Ok(m) => m,
+                            Err(mpsc::TryRecvError::Empty) => {
+                                // Caught up with the submitters: let the stream finish.
+                                in_flight.settle(&worker_state, &thread_name);
+                                continue;
+                            }
+                            Err(mpsc::TryRecvError::Disconnected) => {
+                                in_flight.settle(&worker_state, &thread_name);
+                                break;
+                            }
+                        }
                     };
-                    let mut s = lock(&worker_state.0);
-                    s.pending -= 1;
-                    if let Err(e) = outcome
-                        && s.failed.is_none()
-                    {
-                        s.failed = Some(e);
+                    match message {
+                        Message::Enqueue(job) => {
+                            if lock(&worker_state.0).failed.is_some() {
+                                finish(&worker_state, 1, Ok(()));
+                                continue;
+                            }
+                            let outcome = offload_core::panic::catch(|| job(&mut in_flight.keep))
+                                .unwrap_or_else(|m| {
+                                    Err(Error::PluginPanic(format!(
+                                        "a job on {thread_name} panicked: {m}"
+                                    )))
+                                });
+                            match outcome {
+                                Ok(()) => {
+                                    in_flight.jobs += 1;
+                                    if in_flight.jobs >= MAX_IN_FLIGHT as u64 {
+                                        in_flight.settle(&worker_state, &thread_name);
+                                    }
+                                }
+                                Err(e) => {
+                                    // What it did enqueue, and the work before it, run first;
+                                    // an earlier failure (the drain's) is the queue's.
+                                    in_flight.settle(&worker_state, &thread_name);
+                                    finish(&worker_state, 1, Err(e));
+                                }
+                            }
+                        }
+                        Message::Run(job, always) => {
+                            // The work before it has run by the time it runs.
+                            in_flight.settle(&worker_state, &thread_name);
+                            let failed = lock(&worker_state.0).failed.clone();
+                            let outcome = if failed.is_some() && !always {
+                                Ok(())
+                            } else {
+                                offload_core::panic::catch(|| job(failed.as_ref())).unwrap_or_else(
+                                    |m| {
+                                        Err(Error::PluginPanic(format!(
+                                            "a job on {thread_name} panicked: {m}"
+                                        )))
+                                    },
+                                )
+                            };
+                            finish(&worker_state, 1, outcome);
+                        }
                     }
-                    worker_state.1.notify_all();
                 }
             })
             .map_err(|e| Error::System(format!("cannot start a queue thread: {e}")))?;
@@ -81,6 +204,16 @@ impl Queue {
 
     /// Enqueues `job` (refused once the queue has failed, unless `always`).
     pub fn submit(&self, job: Job, always: bool) -> Result<()> {
+        self.send(Message::Run(job, always), always)
+    }
+
+    /// Enqueues a job that only puts its operation on the queue's stream (see the module docs):
+    /// it counts as done once the stream has been drained after it.
+    pub fn submit_enqueued(&self, job: EnqueueJob) -> Result<()> {
+        self.send(Message::Enqueue(job), false)
+    }
+
+    fn send(&self, message: Message, always: bool) -> Result<()> {
         let sender = lock(&self.sender);
         let Some(tx) = sender.as_ref() else {
             return Err(Error::NotFound(format!("{} was destroyed", self.name)));
@@ -94,7 +227,7 @@ impl Queue {
             }
             s.pending += 1;
         }
-        tx.send((job, always)).map_err(|_| {
+        tx.send(message).map_err(|_| {
             lock(&self.state.0).pending -= 1;
             Error::DeviceFailure(format!("the worker of {} has stopped", self.name))
         })
@@ -249,7 +382,7 @@ mod tests {
             Box::new(|_: Option<&Error>| Err(Error::DeviceFailure("boom".into()))) as Job,
             Box::new(|_: Option<&Error>| -> Result<()> { panic!("kaboom") }) as Job,
         ] {
-            let q = Queue::new("queue t".into()).unwrap();
+            let q = Queue::new("queue t".into(), None).unwrap();
             let ran = Arc::new(AtomicU32::new(0));
             let r = ran.clone();
             q.submit(
@@ -288,11 +421,126 @@ mod tests {
         }
     }
 
+    /// A stream as the drain sees it: operations "run" when drained.
+    #[derive(Default)]
+    struct FakeStream {
+        enqueued: Mutex<Vec<u32>>,
+        ran: Mutex<Vec<u32>>,
+        fail_next_drain: std::sync::atomic::AtomicBool,
+    }
+
+    /// Records when it is dropped: after the drain that ran its operation, or not.
+    struct Keep(Arc<FakeStream>, u32, Arc<Mutex<Vec<(u32, bool)>>>);
+
+    impl Drop for Keep {
+        fn drop(&mut self) {
+            let ran = self.0.ran.lock().unwrap().contains(&self.1);
+            self.2.lock().unwrap().push((self.1, ran));
+        }
+    }
+
+    fn streamed_queue(stream: &Arc<FakeStream>) -> Queue {
+        let s = stream.clone();
+        Queue::new(
+            "queue s".into(),
+            Some(Box::new(move || {
+                let mut ops = std::mem::take(&mut *s.enqueued.lock().unwrap());
+                s.ran.lock().unwrap().append(&mut ops);
+                if s.fail_next_drain.swap(false, Ordering::SeqCst) {
+                    return Err(Error::DeviceFailure("the stream faulted".into()));
+                }
+                Ok(())
+            })),
+        )
+        .unwrap()
+    }
+
+    fn enqueue(
+        q: &Queue,
+        stream: &Arc<FakeStream>,
+        op: u32,
+        dropped: &Arc<Mutex<Vec<(u32, bool)>>>,
+    ) {
+        let (s, d) = (stream.clone(), dropped.clone());
+        q.submit_enqueued(Box::new(move |keep| {
+            keep.push(Box::new(Keep(s.clone(), op, d)));
+            s.enqueued.lock().unwrap().push(op);
+            Ok(())
+        }))
+        .unwrap();
+    }
+
+    #[test]
+    fn enqueued_work_is_kept_alive_and_counted_until_the_stream_is_drained() {
+        let stream = Arc::new(FakeStream::default());
+        let dropped = Arc::new(Mutex::new(Vec::new()));
+        let q = streamed_queue(&stream);
+        let n = MAX_IN_FLIGHT as u32 * 2 + 10;
+        for op in 0..n {
+            enqueue(&q, &stream, op, &dropped);
+        }
+        // An event completes only once the work before it has run.
+        let ev = Arc::new(Event::default());
+        ev.record(&q).unwrap();
+        let s = stream.clone();
+        let seen = Arc::new(AtomicU32::new(0));
+        let seen2 = seen.clone();
+        ev.synchronize().unwrap();
+        assert_eq!(stream.ran.lock().unwrap().len(), n as usize);
+        q.submit(
+            Box::new(move |_| {
+                seen2.store(s.ran.lock().unwrap().len() as u32, Ordering::SeqCst);
+                Ok(())
+            }),
+            false,
+        )
+        .unwrap();
+        q.synchronize().unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), n);
+        let d = dropped.lock().unwrap();
+        assert_eq!(d.len(), n as usize);
+        assert!(
+            d.iter().all(|(_, ran)| *ran),
+            "a keep-alive went before its operation ran"
+        );
+        assert_eq!(*stream.ran.lock().unwrap(), (0..n).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_failed_drain_or_enqueue_fails_the_queue_after_keeping_what_was_enqueued() {
+        let stream = Arc::new(FakeStream::default());
+        let dropped = Arc::new(Mutex::new(Vec::new()));
+        let q = streamed_queue(&stream);
+        enqueue(&q, &stream, 1, &dropped);
+        stream.fail_next_drain.store(true, Ordering::SeqCst);
+        let e = q.synchronize().unwrap_err().to_string();
+        assert!(e.contains("the stream faulted"), "{e}");
+        assert!(q.submit_enqueued(Box::new(|_| Ok(()))).is_err());
+        assert_eq!(*dropped.lock().unwrap(), vec![(1, true)]);
+
+        // An enqueue that fails part way: what it pushed is kept until a drain.
+        let q = streamed_queue(&stream);
+        let (s, d) = (stream.clone(), dropped.clone());
+        q.submit_enqueued(Box::new(move |keep| {
+            keep.push(Box::new(Keep(s.clone(), 2, d)));
+            s.enqueued.lock().unwrap().push(2);
+            Err(Error::InvalidArgument("the second half".into()))
+        }))
+        .unwrap();
+        let e = q.synchronize().unwrap_err().to_string();
+        assert!(e.contains("the second half"), "{e}");
+        assert_eq!(dropped.lock().unwrap().last(), Some(&(2, true)));
+        // A panicking enqueue fails the queue too.
+        let q = streamed_queue(&stream);
+        q.submit_enqueued(Box::new(|_| panic!("kaboom"))).unwrap();
+        assert!(q.synchronize().unwrap_err().to_string().contains("kaboom"));
+    }
+
     #[test]
     fn events_order_work_across_queues() {
         let (a, b) = (
-            Queue::new("a".into()).unwrap(),
-            Queue::new("b".into()).unwrap(),
+            Queue::new("a".into(), None).unwrap(),
+            Queue::new("b".into(), None).unwrap(),
         );
         let log = Arc::new(Mutex::new(Vec::new()));
         let ev = Arc::new(Event::default());

@@ -554,6 +554,14 @@ impl DeviceBackend for CudaDevice {
         false
     }
 
+    fn stream_ordered(&self) -> bool {
+        true
+    }
+
+    fn sync_stream(&self, stream: &Stream) -> Result<()> {
+        self.sync(stream.stream)
+    }
+
     fn strict_pointers(&self) -> bool {
         // Memory of another runtime in the process is the caller's to pass; see the trait.
         false
@@ -575,8 +583,9 @@ impl DeviceBackend for CudaDevice {
 
     fn execute(&self, op: Op<'_, Self>, stream: Option<&Stream>) -> Result<()> {
         let s: CUstream = stream.map_or(std::ptr::null_mut(), |s| s.stream);
-        // Each operation is enqueued on the stream and waited for: the layer frees what an
-        // operation uses only after `execute` returns.
+        // Each operation is put on the stream. A queue's operation is left to run there (the
+        // layer keeps what it uses until `sync_stream`: `stream_ordered`); any other is waited
+        // for, on the default stream.
         match op {
             Op::CopyToDevice { dst, src, len } => {
                 // SAFETY: the range lies in a live allocation of this device (layer check), the
@@ -636,6 +645,9 @@ impl DeviceBackend for CudaDevice {
                 .map_err(|e| e.context(format!("launching '{name}'")))?;
             }
         }
-        self.sync(s)
+        match stream {
+            Some(_) => Ok(()),
+            None => self.sync(s),
+        }
     }
 }
