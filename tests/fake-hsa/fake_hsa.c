@@ -385,6 +385,7 @@ hsa_status_t hsa_signal_create(hsa_signal_value_t initial, uint32_t n, const hsa
   struct signal *s = calloc(1, sizeof *s);
   atomic_store(&s->value, initial);
   signal->handle = (uint64_t)(uintptr_t)s;
+  say("signal-create\n");
   return HSA_STATUS_SUCCESS;
 }
 

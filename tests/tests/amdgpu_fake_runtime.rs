@@ -49,8 +49,12 @@ fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
     offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]))
 }
 
-/// The contracts the fake checks, and balance: every allocation freed once, every reader and
-/// executable destroyed.
+/// The fake's kernarg pool (`POOL_KERNARG` in tests/fake-hsa/fake_hsa.c).
+const KERNARG_POOL: &str = "13";
+
+/// The contracts the fake checks, and balance: every allocation freed once (kernarg areas may
+/// stay, at most 64, kept by the device for its next launches), every reader and executable
+/// destroyed.
 fn assert_contracts_kept(lines: &[String], what: &str) {
     for bad in [
         "bad-free",
@@ -64,10 +68,16 @@ fn assert_contracts_kept(lines: &[String], what: &str) {
         assert!(hits.is_empty(), "{what}: {hits:?}");
     }
     let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
+    let kernarg_allocs = count(&format!("alloc {KERNARG_POOL} "));
+    let kernarg_frees = count(&format!("free {KERNARG_POOL} "));
     assert_eq!(
-        count("alloc "),
-        count("free "),
+        count("alloc ") - kernarg_allocs,
+        count("free ") - kernarg_frees,
         "{what}: every allocation freed once\n{lines:#?}"
+    );
+    assert!(
+        kernarg_frees <= kernarg_allocs && kernarg_allocs - kernarg_frees <= 64,
+        "{what}: {kernarg_allocs} kernarg areas allocated, {kernarg_frees} freed"
     );
     assert_eq!(count("reader "), count("reader-destroy"), "{what}: readers");
     assert_eq!(count("load"), count("unload"), "{what}: executables");
@@ -844,6 +854,46 @@ fn local_pointer_arguments_get_lds_of_the_size_the_launch_passes() {
 
 fn le(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn completion_signals_and_kernarg_areas_are_reused() {
+    // A signal per operation and a kernarg allocation per launch cost a runtime call each
+    // (tens of microseconds on ROCm): a device keeps them for its next operations.
+    let log = log_file("reuse");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("amdgpu", 0).unwrap();
+    let image = amdgcn_jit(&amdgcn_bitcode("add_k", "gfx90a"), "gfx90a", &[], "reuse");
+    let program = device.load(&image).unwrap();
+    let add = program.kernel("add_k").unwrap();
+    let n = 4096usize;
+    let mut x = device.alloc::<u32>(n).unwrap();
+    x.fill(0).unwrap();
+    let dims = offload::LaunchDims::for_elems(n as u64, 256).unwrap();
+    for _ in 0..50 {
+        add.launch(dims)
+            .arg(n as i32)
+            .arg(3u32)
+            .arg(&mut x)
+            .run()
+            .unwrap();
+        assert_eq!(x.to_vec().unwrap()[n - 1] % 3, 0);
+    }
+    assert!(x.to_vec().unwrap().iter().all(|v| *v == 150));
+    drop((add, program, x));
+    let lines = log_lines(&log);
+    let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
+    assert_eq!(count("dispatch add_k"), 50);
+    // 50 launches and 101 copies; one signal and one kernarg area would do, a few are allowed
+    // for the parameter record's read and the fill.
+    assert!(
+        count("signal-create") <= 4,
+        "{} signals",
+        count("signal-create")
+    );
+    let kernargs = count(&format!("alloc {KERNARG_POOL} "));
+    assert!(kernargs <= 2, "{kernargs} kernarg areas for 50 launches");
+    assert_contracts_kept(&lines, "reuse");
 }
 
 #[test]

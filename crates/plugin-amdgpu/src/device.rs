@@ -7,7 +7,10 @@
 //! is recorded by the plugin's system event handler and fails the device's work from then on,
 //! instead of ending the process. A queue of the layer owns an HSA queue; work without a queue
 //! runs on a queue of the device's own. Each operation waits for its completion signal, so memory
-//! the layer keeps alive for an operation is never freed while the GPU still uses it.
+//! the layer keeps alive for an operation is never freed while the GPU still uses it. Completion
+//! signals and kernel-argument areas are kept for reuse ([`Reuse`]): creating a signal, or
+//! allocating a kernarg area and giving the agent access to it, costs a call into the runtime
+//! each (tens of microseconds on ROCm), per operation.
 
 use crate::TRIPLE;
 use crate::hsa::{
@@ -39,6 +42,8 @@ const DYNAMIC_STACK: u32 = 1024;
 const DEFAULT_LDS: u32 = 64 << 10;
 /// `HSA_STATUS_ERROR`
 const HSA_ERROR: c_int = 0x1000;
+/// At most this many idle completion signals, and idle kernarg areas, are kept per device.
+const KEEP_IDLE: usize = 64;
 
 /// GPU memory faults the runtime reported through its system event handler, by agent. ROCr
 /// ends the process on a memory fault unless a handler says it handled it; this one records
@@ -241,6 +246,31 @@ pub struct AmdDevice {
     /// The queue for work that is not on a queue of the layer (created on first use, replaced
     /// after an error).
     own_queue: Mutex<Option<Arc<HsaQueue>>>,
+    reuse: Reuse,
+}
+
+/// Idle completion signals and kernel-argument areas (`(size, address)`, the agent already
+/// allowed access) of a device, for the next operation. Only what a completed operation used
+/// comes back here: after a failed wait the GPU may still write the signal or read the area, so
+/// those are destroyed instead (as before pooling). At most [`KEEP_IDLE`] of each are kept.
+#[derive(Debug, Default)]
+struct Reuse {
+    signals: Mutex<Vec<Handle>>,
+    kernargs: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Drop for AmdDevice {
+    fn drop(&mut self) {
+        // SAFETY: idle signals and areas: no operation uses them any more.
+        unsafe {
+            for s in offload_core::sync::lock(&self.reuse.signals).drain(..) {
+                let _ = self.hsa.hsa_signal_destroy(s);
+            }
+            for (_, area) in offload_core::sync::lock(&self.reuse.kernargs).drain(..) {
+                let _ = self.hsa.hsa_amd_memory_pool_free(area as *mut c_void);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for AmdDevice {
@@ -307,6 +337,7 @@ impl AmdDevice {
             info,
             queue_max,
             own_queue: Mutex::new(None),
+            reuse: Reuse::default(),
         })
     }
 
@@ -315,19 +346,74 @@ impl AmdDevice {
         &self.target
     }
 
-    /// A completion signal at 1.
+    /// A completion signal at 1: an idle one of the device's, else a new one.
     fn signal(&self) -> Result<Signal<'_>> {
-        let mut s: Handle = 0;
-        // SAFETY: live out-pointer; no consumer list.
-        unsafe { self.hsa.hsa_signal_create(1, 0, std::ptr::null(), &mut s)? };
+        let idle = offload_core::sync::lock(&self.reuse.signals).pop();
+        let handle = match idle {
+            Some(s) => {
+                // SAFETY: an idle signal of ours, nothing waits on or writes it.
+                unsafe { self.hsa.hsa_signal_store_screlease(s, 1)? };
+                s
+            }
+            None => {
+                let mut s: Handle = 0;
+                // SAFETY: live out-pointer; no consumer list.
+                unsafe { self.hsa.hsa_signal_create(1, 0, std::ptr::null(), &mut s)? };
+                s
+            }
+        };
         Ok(Signal {
-            hsa: &self.hsa,
-            handle: s,
+            device: self,
+            handle,
+            completed: false,
         })
     }
 
-    /// Waits until `signal` drops below 1, or `queue` reports an error.
-    fn wait(&self, signal: &Signal<'_>, queue: Option<&HsaQueue>, what: &str) -> Result<()> {
+    /// A kernarg area of exactly `len` bytes the agent can read: an idle one, else a new one.
+    fn kernarg_area(&self, len: usize) -> Result<*mut c_void> {
+        {
+            let mut idle = offload_core::sync::lock(&self.reuse.kernargs);
+            if let Some(i) = idle.iter().position(|(n, _)| *n == len) {
+                return Ok(idle.swap_remove(i).1 as *mut c_void);
+            }
+        }
+        let mut area: *mut c_void = std::ptr::null_mut();
+        // SAFETY: live out-pointer.
+        unsafe {
+            self.hsa
+                .hsa_amd_memory_pool_allocate(self.pools.kernarg, len, 0, &mut area)?
+        };
+        // SAFETY: the kernarg allocation just made.
+        let access = unsafe {
+            self.hsa
+                .hsa_amd_agents_allow_access(1, &self.agent, std::ptr::null(), area)
+        };
+        if let Err(e) = access {
+            // SAFETY: allocated above, never used.
+            let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(area) };
+            return Err(e);
+        }
+        Ok(area)
+    }
+
+    /// Gives back a kernarg area: kept for reuse if the dispatch that read it completed,
+    /// else freed.
+    fn kernarg_done(&self, len: usize, area: *mut c_void, completed: bool) {
+        if completed {
+            let mut idle = offload_core::sync::lock(&self.reuse.kernargs);
+            if idle.len() < KEEP_IDLE {
+                idle.push((len, area as usize));
+                return;
+            }
+        }
+        // SAFETY: the dispatch has completed (or never started, or the device is lost):
+        // nothing reads it any more.
+        let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(area) };
+    }
+
+    /// Waits until `signal` drops below 1 (then it is marked completed, free for reuse), or
+    /// `queue` reports an error.
+    fn wait(&self, signal: &mut Signal<'_>, queue: Option<&HsaQueue>, what: &str) -> Result<()> {
         loop {
             // SAFETY: a live signal of ours.
             let v = unsafe {
@@ -340,6 +426,7 @@ impl AmdDevice {
                 )?
             };
             if v < 1 {
+                signal.completed = true;
                 return Ok(());
             }
             if let Some(e) = self.fault() {
@@ -360,7 +447,7 @@ impl AmdDevice {
         src_agent: Handle,
         len: usize,
     ) -> Result<()> {
-        let signal = self.signal()?;
+        let mut signal = self.signal()?;
         // SAFETY: both ranges are valid for `len` bytes and reachable by the agents named (the
         // caller locked host memory); the signal lives until the copy has completed.
         unsafe {
@@ -375,7 +462,7 @@ impl AmdDevice {
                 signal.handle,
             )?
         };
-        self.wait(&signal, None, "copy")
+        self.wait(&mut signal, None, "copy")
     }
 
     /// Runs `f` with `host..host+len` reachable by the agent; `f` gets the agent's address of
@@ -451,42 +538,63 @@ impl AmdDevice {
         (offsets, at)
     }
 
-    /// Writes one dispatch packet to `queue`, rings its doorbell and waits for it.
-    fn dispatch(&self, queue: &HsaQueue, packet: DispatchPacket, name: &str) -> Result<()> {
+    /// Writes one dispatch packet to `queue`, rings its doorbell and waits for it; whether it
+    /// completed (else the GPU may still be reading what the packet points to).
+    fn dispatch(&self, queue: &HsaQueue, packet: DispatchPacket, name: &str) -> (Result<()>, bool) {
         if let Some(e) = self.fault() {
-            return Err(e);
+            return (Err(e), true);
         }
         if let Some(e) = queue.failed() {
-            return Err(e);
+            return (Err(e), true);
         }
-        let signal = self.signal()?;
+        let mut signal = match self.signal() {
+            Ok(s) => s,
+            Err(e) => return (Err(e), true),
+        };
         let mut packet = packet;
         packet.completion_signal = signal.handle;
-        // SAFETY: `queue.queue` is a live queue; the slot reserved by the write-index increment
-        // is ours until the packet processor consumes it; the header is published last with
-        // release ordering, as the AQL protocol requires.
-        unsafe {
-            let q = &*queue.queue;
-            let index = self.hsa.hsa_queue_add_write_index_relaxed(queue.queue, 1)?;
-            while index - self.hsa.hsa_queue_load_read_index_scacquire(queue.queue)?
-                >= u64::from(q.size)
-            {
-                std::thread::yield_now();
+        let mut published = false;
+        let submitted = (|| {
+            // SAFETY: `queue.queue` is a live queue; the slot reserved by the write-index
+            // increment is ours until the packet processor consumes it; the header is published
+            // last with release ordering, as the AQL protocol requires.
+            unsafe {
+                let q = &*queue.queue;
+                let index = self.hsa.hsa_queue_add_write_index_relaxed(queue.queue, 1)?;
+                while index - self.hsa.hsa_queue_load_read_index_scacquire(queue.queue)?
+                    >= u64::from(q.size)
+                {
+                    std::thread::yield_now();
+                }
+                let slot = q
+                    .base_address
+                    .cast::<DispatchPacket>()
+                    .add((index % u64::from(q.size)) as usize);
+                // Body first (everything after the first 32 bits), then header + setup at once.
+                let body = std::ptr::addr_of_mut!((*slot).workgroup_size).cast::<u8>();
+                let from = std::ptr::addr_of!(packet.workgroup_size).cast::<u8>();
+                std::ptr::copy_nonoverlapping(
+                    from,
+                    body,
+                    std::mem::size_of::<DispatchPacket>() - 4,
+                );
+                let header = u32::from(packet.header) | u32::from(packet.setup) << 16;
+                AtomicU32::from_ptr(slot.cast::<u32>()).store(header, Ordering::Release);
+                published = true;
+                self.hsa
+                    .hsa_signal_store_relaxed(q.doorbell_signal, index as i64)?;
             }
-            let slot = q
-                .base_address
-                .cast::<DispatchPacket>()
-                .add((index % u64::from(q.size)) as usize);
-            // Body first (everything after the first 32 bits), then header + setup at once.
-            let body = std::ptr::addr_of_mut!((*slot).workgroup_size).cast::<u8>();
-            let from = std::ptr::addr_of!(packet.workgroup_size).cast::<u8>();
-            std::ptr::copy_nonoverlapping(from, body, std::mem::size_of::<DispatchPacket>() - 4);
-            let header = u32::from(packet.header) | u32::from(packet.setup) << 16;
-            AtomicU32::from_ptr(slot.cast::<u32>()).store(header, Ordering::Release);
-            self.hsa
-                .hsa_signal_store_relaxed(q.doorbell_signal, index as i64)?;
+            Ok(())
+        })();
+        if let Err(e) = submitted {
+            // Unless the packet was published, the GPU reads neither the signal nor what the
+            // packet points to.
+            signal.completed = !published;
+            return (Err(e), !published);
         }
-        self.wait(&signal, Some(queue), &format!("kernel '{name}'"))
+        let result = self.wait(&mut signal, Some(queue), &format!("kernel '{name}'"));
+        let completed = signal.completed;
+        (result, completed)
     }
 
     /// The kernel argument bytes of a launch, laid out as the metadata says; `lds` is where
@@ -552,16 +660,26 @@ impl AmdDevice {
     }
 }
 
-/// A signal, destroyed on drop.
+/// A completion signal of a device: back to the device's idle signals on drop once an
+/// operation has completed through it, else destroyed.
 struct Signal<'a> {
-    hsa: &'a Hsa,
+    device: &'a AmdDevice,
     handle: Handle,
+    /// The operation it was given to has completed (or was never submitted).
+    completed: bool,
 }
 
 impl Drop for Signal<'_> {
     fn drop(&mut self) {
+        if self.completed {
+            let mut idle = offload_core::sync::lock(&self.device.reuse.signals);
+            if idle.len() < KEEP_IDLE {
+                idle.push(self.handle);
+                return;
+            }
+        }
         // SAFETY: a signal we created, no longer waited on.
-        let _ = unsafe { self.hsa.hsa_signal_destroy(self.handle) };
+        let _ = unsafe { self.device.hsa.hsa_signal_destroy(self.handle) };
     }
 }
 
@@ -1021,25 +1139,10 @@ impl DeviceBackend for AmdDevice {
                 let group_segment = u32::try_from(group_segment).unwrap_or(u32::MAX);
                 let run = |queue: &HsaQueue| -> Result<()> {
                     let bytes = self.kernargs(kernel, &dims, args, &lds, queue.queue, ndims)?;
-                    let mut area: *mut c_void = std::ptr::null_mut();
-                    // SAFETY: live out-pointer.
-                    unsafe {
-                        self.hsa.hsa_amd_memory_pool_allocate(
-                            self.pools.kernarg,
-                            bytes.len(),
-                            0,
-                            &mut area,
-                        )?
-                    };
-                    let result = (|| {
-                        // SAFETY: the kernarg allocation just made.
+                    let area = self.kernarg_area(bytes.len())?;
+                    let (result, completed) = (|| {
+                        // SAFETY: a kernarg area of `bytes.len()` bytes no dispatch uses.
                         unsafe {
-                            self.hsa.hsa_amd_agents_allow_access(
-                                1,
-                                &self.agent,
-                                std::ptr::null(),
-                                area,
-                            )?;
                             std::ptr::copy_nonoverlapping(
                                 bytes.as_ptr(),
                                 area.cast::<u8>(),
@@ -1052,13 +1155,20 @@ impl DeviceBackend for AmdDevice {
                             | aql::FENCE_SCOPE_SYSTEM << aql::HEADER_RELEASE_FENCE_SCOPE;
                         let mut block = [0u16; 3];
                         for (d, b) in block.iter_mut().enumerate() {
-                            *b = u16::try_from(dims.block[d]).map_err(|_| {
-                                Error::InvalidArgument(format!(
-                                    "launch of '{name}': a block of {} work items in dimension \
-                                     {d} does not fit a dispatch packet (at most 65535)",
-                                    dims.block[d]
-                                ))
-                            })?;
+                            match u16::try_from(dims.block[d]) {
+                                Ok(v) => *b = v,
+                                Err(_) => {
+                                    return (
+                                        Err(Error::InvalidArgument(format!(
+                                            "launch of '{name}': a block of {} work items in \
+                                             dimension {d} does not fit a dispatch packet (at \
+                                             most 65535)",
+                                            dims.block[d]
+                                        ))),
+                                        true,
+                                    );
+                                }
+                            }
                         }
                         self.dispatch(
                             queue,
@@ -1083,8 +1193,7 @@ impl DeviceBackend for AmdDevice {
                             name,
                         )
                     })();
-                    // SAFETY: the dispatch has completed (or never started): nothing reads it.
-                    let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(area) };
+                    self.kernarg_done(bytes.len(), area, completed);
                     result
                 };
                 match stream {
