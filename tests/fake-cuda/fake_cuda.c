@@ -605,6 +605,12 @@ static CUresult load(void **out, const void *image, char *log, size_t log_size) 
     say("load-refused ptx\n");
     return INVALID_PTX;
   }
+  if (!ptx && ((uintptr_t)image & 7)) {
+    /* NVIDIA's tools always hand the driver 8-byte aligned binaries; what the driver does with
+     * one that is not is undocumented, so the fake refuses it. */
+    say("unaligned-image %p\n", image);
+    return INVALID_IMAGE;
+  }
   struct module *m = calloc(1, sizeof *m);
   m->bytes = malloc(len + 1);
   memcpy(m->bytes, image, len);

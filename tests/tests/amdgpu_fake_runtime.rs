@@ -700,6 +700,104 @@ fn opencl_code_object(tag: &str, source: &str) -> std::path::PathBuf {
 }
 
 #[test]
+fn kernels_with_a_dynamic_stack_get_scratch_for_it() {
+    // Recursion gives a kernel `.uses_dynamic_stack: true`: its fixed private segment does not
+    // cover the stack, and the dispatch asks for 1 KiB more per work item (HIP's default).
+    let dir = scratch("amdgpu-dynamic-stack");
+    let src = dir.join("rec.c");
+    std::fs::write(
+        &src,
+        "#include \"offload_kernel.h\"\n\
+         __attribute__((noinline)) static unsigned fib(unsigned n) {\n\
+           return n < 2 ? n : fib(n - 1) + fib(n - 2);\n\
+         }\n\
+         OFFLOAD_KERNEL void rec(unsigned *out, int n) {\n\
+           unsigned i = offload_global_id_x();\n\
+           if (i < (unsigned)n) out[i] = fib(i % 12);\n\
+         }\n",
+    )
+    .unwrap();
+    let bc = dir.join("rec.bc");
+    let include = repo_root().join("include");
+    clang(&[
+        "-O2",
+        "-emit-llvm",
+        "-c",
+        "-target",
+        AMDGCN,
+        "-mcpu=gfx90a",
+        "-nogpulib",
+        "-I",
+        include.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-o",
+        bc.to_str().unwrap(),
+    ]);
+    let rec = amdgcn_jit(&bc, "gfx90a", &[], "dynamic-stack");
+    let saxpy = amdgcn_jit(
+        &amdgcn_bitcode("saxpy", "gfx90a"),
+        "gfx90a",
+        &[],
+        "no-stack",
+    );
+    let log = log_file("dynamic-stack");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("amdgpu", 0).unwrap();
+    let out = device.alloc::<u32>(64).unwrap();
+    let program = device.load(&rec).unwrap();
+    let k = program.kernel("rec").unwrap();
+    // SAFETY: `out` holds the 64 words the kernel writes.
+    unsafe {
+        program.launch(
+            &k,
+            &offload::LaunchDims::linear(1, 64),
+            &[
+                offload::KernelArg::Ptr(out.ptr()),
+                offload::KernelArg::I32(64),
+            ],
+        )
+    }
+    .unwrap();
+    let program = device.load(&saxpy).unwrap();
+    let k = program.kernel("saxpy").unwrap();
+    // SAFETY: n = 0: the kernel touches nothing.
+    unsafe {
+        program.launch(
+            &k,
+            &offload::LaunchDims::linear(1, 64),
+            &[
+                offload::KernelArg::I32(0),
+                offload::KernelArg::F32(1.0),
+                offload::KernelArg::Ptr(out.ptr()),
+                offload::KernelArg::Ptr(out.ptr()),
+            ],
+        )
+    }
+    .unwrap();
+    let lines = log_lines(&log);
+    let private = |kernel: &str| -> u32 {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("dispatch {kernel} ")))
+            .unwrap_or_else(|| panic!("no dispatch of {kernel}: {lines:#?}"));
+        line.split(" private=")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(private("rec") >= 1024, "rec: private={}", private("rec"));
+    assert!(
+        private("saxpy") < 1024,
+        "saxpy: private={}",
+        private("saxpy")
+    );
+}
+
+#[test]
 fn a_gpu_memory_fault_fails_its_launch_instead_of_ending_the_process() {
     // ROCr aborts the process on a memory fault unless a system event handler handles it
     // (the fake does the same): the plugin's handler turns it into an error of the launch.

@@ -659,6 +659,45 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
 }
 
 #[test]
+fn binaries_reach_the_driver_8_byte_aligned_wherever_the_caller_s_bytes_lie() {
+    // An image in a caller's buffer (or a container entry) may start at any address; cubins
+    // and fat binaries go to the driver from an aligned copy (the fake refuses others).
+    use offload_cuda::fatbin::{self, EntryKind};
+    let log = log_file("aligned");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("cuda", 0).unwrap();
+    let ptx = nvptx_jit(
+        &nvptx_bitcode("saxpy", "sm_90"),
+        "sm_90",
+        &["--emit-ptx"],
+        "aligned",
+    );
+    let cubin = ptxas_cubin(&ptx, "sm_90", "aligned");
+    let fat = fatbin::build(&[(EntryKind::Cubin, 90, &cubin)]);
+    for image in [&cubin, &fat] {
+        for shift in 1..8 {
+            let mut buffer = vec![0u8; image.len() + 8];
+            let at = (8 - buffer.as_ptr() as usize % 8) % 8 + shift;
+            buffer[at..at + image.len()].copy_from_slice(image);
+            let bytes = &buffer[at..at + image.len()];
+            assert_ne!(bytes.as_ptr() as usize % 8, 0);
+            let program = device.load(bytes).unwrap();
+            program.kernel("saxpy").unwrap();
+        }
+    }
+    let lines = log_lines(&log);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("load binary"))
+            .count(),
+        14,
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("unaligned-image")));
+}
+
+#[test]
 fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
     // Queued operations are only put on the stream (no wait after each); what they use stays
     // alive, and synchronous operations and events wait, until the stream has run them. The
