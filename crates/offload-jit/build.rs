@@ -1,14 +1,23 @@
-//! Compiles the small C++ helper (`cpp/target_info.cpp`) against LLVM 19's headers, found with
+//! Compiles the C++ parts (`cpp/`: target information, the host's work-group functions in
+//! `cpp/work_groups/`, split code generation) against LLVM 19's headers, found with
 //! `llvm-config-19` (or `$LLVM_CONFIG`).
 
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rerun-if-changed=cpp/target_info.cpp");
-    println!("cargo:rerun-if-changed=cpp/work_groups.cpp");
-    println!("cargo:rerun-if-changed=cpp/item_bounds.cpp");
-    println!("cargo:rerun-if-changed=cpp/item_bounds.h");
-    println!("cargo:rerun-if-changed=cpp/split_codegen.cpp");
+    const SOURCES: [&str; 9] = [
+        "cpp/target_info.cpp",
+        "cpp/split_codegen.cpp",
+        "cpp/work_groups/work_groups.cpp",
+        "cpp/work_groups/common.cpp",
+        "cpp/work_groups/plain.cpp",
+        "cpp/work_groups/item_bounds.cpp",
+        "cpp/work_groups/regions.cpp",
+        "cpp/work_groups/frame.cpp",
+        "cpp/work_groups/emit.cpp",
+    ];
+    // A directory: cargo looks at every file under it (the headers too).
+    println!("cargo:rerun-if-changed=cpp");
     println!("cargo:rerun-if-env-changed=LLVM_CONFIG");
     let llvm_config = std::env::var("LLVM_CONFIG").unwrap_or_else(|_| "llvm-config-19".into());
     let include = Command::new(&llvm_config)
@@ -25,10 +34,7 @@ fn main() {
         });
     cc::Build::new()
         .cpp(true)
-        .file("cpp/target_info.cpp")
-        .file("cpp/work_groups.cpp")
-        .file("cpp/item_bounds.cpp")
-        .file("cpp/split_codegen.cpp")
+        .files(SOURCES)
         .include(include)
         .flag("-std=c++17")
         .flag("-fno-exceptions")

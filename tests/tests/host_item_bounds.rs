@@ -1,11 +1,11 @@
 //! The JIT turns guards on the work-item ID (`if (i < n)`, `if (x >= X || y >= Y) return;`)
-//! into the bounds of the loop over a block's work items (`crates/offload-jit/cpp/
-//! item_bounds.cpp`). Generated kernels with every guard shape the header allows (1-D, 2-D,
-//! 3-D IDs; unsigned, signed and 64-bit comparisons of all six kinds; conjunctions,
-//! disjunctions, negations, several guards in a row; bounds from arguments, constants and
-//! memory; offsets that wrap around within a block) must give, bit for bit, what the shared
-//! object gives, which runs the kernel once per work item. Hand-written kernels check that the
-//! common shapes really lose their masks.
+//! into the bounds of the loop over a block's work items
+//! (`crates/offload-jit/cpp/work_groups/item_bounds.cpp`). Generated kernels with every guard
+//! shape the header allows (1-D, 2-D, 3-D IDs; unsigned, signed and 64-bit comparisons of all
+//! six kinds; conjunctions, disjunctions, negations, several guards in a row; bounds from
+//! arguments, constants and memory; offsets that wrap around within a block) must give, bit for
+//! bit, what the shared object gives, which runs the kernel once per work item. Hand-written
+//! kernels check that the common shapes really lose their masks.
 
 use offload::{KernelArg, LaunchDims};
 use offload_core::rand::XorShift;

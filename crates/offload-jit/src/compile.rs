@@ -279,13 +279,13 @@ fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
 }
 
 unsafe extern "C" {
-    /// `cpp/work_groups.cpp`: adds `__offload_wg_<kernel>` work-group functions.
+    /// `cpp/work_groups/`: adds `__offload_wg_<kernel>` work-group functions.
     fn offload_jit_make_work_groups(module: llvm_sys::prelude::LLVMModuleRef) -> i32;
 }
 
 /// Compiles `image` (bitcode or IR) to PTX text or an object file for `target`. With
 /// `work_groups` (images for the host plugin), each kernel also gets a work-group function
-/// (`cpp/work_groups.cpp`) before the module is optimised, unless the module is OpenMP device
+/// (`cpp/work_groups/`) before the module is optimised, unless the module is OpenMP device
 /// code (module flag `openmp-device`).
 pub fn compile(
     image: &[u8],

@@ -36,7 +36,7 @@ pub struct HostContext {
 pub type ContextGetter = unsafe extern "C" fn() -> *const HostContext;
 /// Type of the header's `__offload_host_barrier` variable.
 pub type BarrierFn = unsafe extern "C" fn();
-/// A work-group function the JIT made (`cpp/work_groups.cpp` in offload-jit): runs every work
+/// A work-group function the JIT made (`cpp/work_groups/` in offload-jit): runs every work
 /// item of the blocks `begin..end` (linear indices) of the launch in `ctx`, with the packed
 /// arguments and `frame` (the per-work-item frame of the block's work items). Returns 0, or
 /// 1 + the linear index of a block whose work items reached different barriers.

@@ -81,7 +81,9 @@ struct Linear {
 
 class Bounder {
 public:
-  Bounder(const ItemLoop &l) : l(l), c(l.xbody->getContext()), dl(l.xbody->getModule()->getDataLayout()), pre(l.preheader->getTerminator()) {}
+  Bounder(const ItemLoop &l)
+      : l(l), c(l.xbody->getContext()), dl(l.xbody->getModule()->getDataLayout()),
+        pre(l.preheader->getTerminator()) {}
 
   bool run();
 

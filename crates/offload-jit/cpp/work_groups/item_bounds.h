@@ -1,4 +1,4 @@
-// The parts of the work-group functions (work_groups.cpp) that item_bounds.cpp shares.
+// The parts of the plain work-group functions (plain.cpp) that item_bounds.cpp shares.
 #pragma once
 
 #include "llvm/IR/BasicBlock.h"
