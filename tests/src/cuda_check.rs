@@ -334,7 +334,7 @@ fn nvidia_fatbinary() -> Option<PathBuf> {
 /// and sm_80 PTX, once per compression setting the tool accepts: each one's entries as the
 /// plugin's parser reads them, its results equal to the host's, and (args16) a launch one
 /// argument short refused (a compressed entry: the sizes come from the driver alone).
-#[allow(
+#[expect(
     clippy::too_many_arguments,
     reason = "the check's context, passed through"
 )]
