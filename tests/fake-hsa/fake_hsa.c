@@ -689,6 +689,8 @@ void hsa_signal_store_relaxed(hsa_signal_t signal, hsa_signal_value_t value) {
   }
   pthread_mutex_lock(&signal_lock);
   atomic_store(&s->value, value);
+  /* A signal set anew (reused for another operation) starts its hang count again. */
+  s->waited_ns = 0;
   pthread_cond_broadcast(&signal_changed);
   pthread_mutex_unlock(&signal_lock);
 }

@@ -252,7 +252,8 @@ pub struct AmdDevice {
 /// Idle completion signals and kernel-argument areas (`(size, address)`, the agent already
 /// allowed access) of a device, for the next operation. Only what a completed operation used
 /// comes back here: after a failed wait the GPU may still write the signal or read the area, so
-/// those are destroyed instead (as before pooling). At most [`KEEP_IDLE`] of each are kept.
+/// those are destroyed instead (as before pooling). At most [`KEEP_IDLE`] of each are kept; a
+/// kernarg area beyond that replaces the one idle longest.
 #[derive(Debug, Default)]
 struct Reuse {
     signals: Mutex<Vec<Handle>>,
@@ -352,7 +353,11 @@ impl AmdDevice {
         let handle = match idle {
             Some(s) => {
                 // SAFETY: an idle signal of ours, nothing waits on or writes it.
-                unsafe { self.hsa.hsa_signal_store_screlease(s, 1)? };
+                if let Err(e) = unsafe { self.hsa.hsa_signal_store_screlease(s, 1) } {
+                    // SAFETY: as above; it is not handed out.
+                    let _ = unsafe { self.hsa.hsa_signal_destroy(s) };
+                    return Err(e);
+                }
                 s
             }
             None => {
@@ -401,10 +406,16 @@ impl AmdDevice {
     fn kernarg_done(&self, len: usize, area: *mut c_void, completed: bool) {
         if completed {
             let mut idle = offload_core::sync::lock(&self.reuse.kernargs);
-            if idle.len() < KEEP_IDLE {
-                idle.push((len, area as usize));
-                return;
+            // Full: the area idle longest goes (a size no launch uses any more must not keep
+            // the others from being reused).
+            let evicted = (idle.len() >= KEEP_IDLE).then(|| idle.remove(0).1);
+            idle.push((len, area as usize));
+            drop(idle);
+            if let Some(old) = evicted {
+                // SAFETY: an idle area: no dispatch reads it.
+                let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(old as *mut c_void) };
             }
+            return;
         }
         // SAFETY: the dispatch has completed (or never started, or the device is lost):
         // nothing reads it any more.

@@ -14,7 +14,10 @@
 //! other job (an event's, a wait's), and after [`MAX_IN_FLIGHT`] enqueued jobs; only then are
 //! their keep-alives dropped and the jobs counted as done. So the GPU runs a queue's operations
 //! back to back while `synchronize`, events and the memory's lifetime still mean "has run". A
-//! failure the drain reports fails the queue like a failed job.
+//! failure the drain reports fails the queue like a failed job; what the drained operations used
+//! is released all the same (the device has reported their work lost, and keeping it would
+//! leave synchronous operations on that memory waiting forever). Dropping a keep-alive runs
+//! backend code (a free, an unload): a panic there fails the queue too, never its thread.
 
 use offload_core::{Error, Result};
 use std::any::Any;
@@ -77,7 +80,7 @@ impl InFlight {
         if self.jobs == 0 && self.keep.is_empty() {
             return;
         }
-        let outcome = match &self.drain {
+        let mut outcome = match &self.drain {
             Some(drain) => offload_core::panic::catch(drain).unwrap_or_else(|m| {
                 Err(Error::PluginPanic(format!(
                     "draining the stream of {name} panicked: {m}"
@@ -85,9 +88,21 @@ impl InFlight {
             }),
             None => Ok(()),
         };
-        self.keep.clear();
+        let keep = std::mem::take(&mut self.keep);
+        if let Err(m) = offload_core::panic::catch(move || drop(keep)) {
+            outcome = outcome.and(Err(Error::PluginPanic(format!(
+                "releasing what the work of {name} used panicked: {m}"
+            ))));
+        }
         finish(state, std::mem::take(&mut self.jobs), outcome);
     }
+}
+
+/// The outcome of a skipped job whose closure was dropped: a panic in a drop it ran is a
+/// failure.
+fn skipped(dropped: std::result::Result<(), String>, name: &str) -> Result<()> {
+    dropped
+        .map_err(|m| Error::PluginPanic(format!("releasing a skipped job of {name} panicked: {m}")))
 }
 
 /// Counts `jobs` as done with `outcome` (the first failure is the queue's).
@@ -142,7 +157,9 @@ impl Queue {
                     match message {
                         Message::Enqueue(job) => {
                             if lock(&worker_state.0).failed.is_some() {
-                                finish(&worker_state, 1, Ok(()));
+                                // Skipped: what it holds goes before it counts as done.
+                                let dropped = offload_core::panic::catch(move || drop(job));
+                                finish(&worker_state, 1, skipped(dropped, &thread_name));
                                 continue;
                             }
                             let outcome = offload_core::panic::catch(|| job(&mut in_flight.keep))
@@ -171,7 +188,8 @@ impl Queue {
                             in_flight.settle(&worker_state, &thread_name);
                             let failed = lock(&worker_state.0).failed.clone();
                             let outcome = if failed.is_some() && !always {
-                                Ok(())
+                                let dropped = offload_core::panic::catch(move || drop(job));
+                                skipped(dropped, &thread_name)
                             } else {
                                 offload_core::panic::catch(|| job(failed.as_ref())).unwrap_or_else(
                                     |m| {
@@ -511,8 +529,8 @@ mod tests {
         let stream = Arc::new(FakeStream::default());
         let dropped = Arc::new(Mutex::new(Vec::new()));
         let q = streamed_queue(&stream);
-        enqueue(&q, &stream, 1, &dropped);
         stream.fail_next_drain.store(true, Ordering::SeqCst);
+        enqueue(&q, &stream, 1, &dropped);
         let e = q.synchronize().unwrap_err().to_string();
         assert!(e.contains("the stream faulted"), "{e}");
         assert!(q.submit_enqueued(Box::new(|_| Ok(()))).is_err());
@@ -534,6 +552,79 @@ mod tests {
         let q = streamed_queue(&stream);
         q.submit_enqueued(Box::new(|_| panic!("kaboom"))).unwrap();
         assert!(q.synchronize().unwrap_err().to_string().contains("kaboom"));
+    }
+
+    #[test]
+    fn synchronize_returns_only_after_the_drain_and_at_most_max_in_flight_run_ahead() {
+        // The drain is slow and records how many operations it found waiting: `synchronize`
+        // must see every one run, and no drain may find more than MAX_IN_FLIGHT.
+        let stream = Arc::new(FakeStream::default());
+        let most = Arc::new(AtomicU32::new(0));
+        let (s, m) = (stream.clone(), most.clone());
+        let q = Queue::new(
+            "queue m".into(),
+            Some(Box::new(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let mut ops = std::mem::take(&mut *s.enqueued.lock().unwrap());
+                m.fetch_max(ops.len() as u32, Ordering::SeqCst);
+                s.ran.lock().unwrap().append(&mut ops);
+                Ok(())
+            })),
+        )
+        .unwrap();
+        // The first job waits until every other one is submitted, so the worker never finds
+        // the channel empty on the way: only MAX_IN_FLIGHT makes it drain.
+        let go = Arc::new((Mutex::new(false), Condvar::new()));
+        let g = go.clone();
+        q.submit_enqueued(Box::new(move |_| {
+            let mut ready = g.0.lock().unwrap();
+            while !*ready {
+                ready = g.1.wait(ready).unwrap();
+            }
+            Ok(())
+        }))
+        .unwrap();
+        let dropped = Arc::new(Mutex::new(Vec::new()));
+        let n = MAX_IN_FLIGHT as u32 * 3;
+        for op in 0..n {
+            enqueue(&q, &stream, op, &dropped);
+        }
+        *go.0.lock().unwrap() = true;
+        go.1.notify_all();
+        q.synchronize().unwrap();
+        assert_eq!(
+            stream.ran.lock().unwrap().len(),
+            n as usize,
+            "synchronize returned early"
+        );
+        assert_eq!(dropped.lock().unwrap().len(), n as usize);
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            most as usize <= MAX_IN_FLIGHT,
+            "a drain found {most} operations in flight"
+        );
+    }
+
+    #[test]
+    fn a_panic_releasing_a_keep_alive_fails_the_queue_and_never_hangs_it() {
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the free hook panicked");
+            }
+        }
+        let stream = Arc::new(FakeStream::default());
+        let q = streamed_queue(&stream);
+        q.submit_enqueued(Box::new(|keep| {
+            keep.push(Box::new(Bomb));
+            Ok(())
+        }))
+        .unwrap();
+        let e = q.synchronize().unwrap_err().to_string();
+        assert!(e.contains("the free hook panicked"), "{e}");
+        // A job skipped on the failed queue that panics as it is dropped: no hang either.
+        let _ = q.submit(Box::new(|_| Ok(())), false);
+        assert!(q.shutdown().is_err());
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! One CUDA device: the hooks the generic device layer calls. The device's primary context is
-//! made current on every thread that calls in ([`DeviceBackend::enter`]); every operation runs
-//! on its queue's stream and waits for it, so memory the layer keeps alive for an operation is
-//! never freed while the GPU still uses it.
+//! made current on every thread that calls in ([`DeviceBackend::enter`]). A queue's operations
+//! are only put on its stream; the layer keeps what they use until the stream has been
+//! synchronized after them (`stream_ordered`, `sync_stream`); every other operation runs on the
+//! default stream and is waited for. So memory the layer keeps alive for an operation is never
+//! freed while the GPU still uses it.
 
 use crate::driver::{Driver, INVALID_VALUE, attribute, function_attribute, jit_option};
 use crate::sm::{Sm, cubin_sm, ptx_target};
@@ -540,7 +542,7 @@ impl DeviceBackend for CudaDevice {
 
     fn free(&self, ptr: DevicePtr, _size: u64, kind: MemoryKind) {
         // SAFETY: an allocation of this kind made by `alloc`, freed once, after the last
-        // operation using it has completed (each operation waits for its stream).
+        // operation using it has completed (the layer releases it after the stream's drain).
         let _ = unsafe {
             match kind {
                 MemoryKind::Host => self.driver.cuMemFreeHost(ptr.0 as *mut c_void),

@@ -13,8 +13,9 @@
 //!   be for the same major architecture with an equal or older minor version, PTX for an
 //!   architecture at most the device's; fat binaries give the device their best entry
 //!   ([`fatbin`]).
-//! - Queues are the layer's; each runs its operations on a CUDA stream of its own and waits
-//!   for each, so memory is never freed under a running kernel.
+//! - Queues are the layer's; each puts its operations on a CUDA stream of its own, back to
+//!   back, and the layer releases what they use only after a synchronize of that stream, so
+//!   memory is never freed under a running kernel.
 
 pub mod driver;
 pub mod fatbin;
