@@ -4,7 +4,18 @@
  *   clang-19 -O2 -fPIC -shared              k.c -o k.so      host CPU (x86-64, aarch64)
  *   clang-19 -O2 -target nvptx64-nvidia-cuda -march=sm_90   -S k.c -o k.ptx
  *   clang-19 -O2 -target amdgcn-amd-amdhsa -mcpu=gfx90a -nogpulib -c k.c -o k.o
+ *   clang-15 -O2 -target spir64 -x cl -cl-std=CL2.0 -emit-llvm -c k.c -o k.bc
+ *     && llvm-spirv-15 k.bc -o k.spv                        SPIR-V (Level Zero)
  *   (add -emit-llvm -c for bitcode the offload JIT compiles for the exact device)
+ *
+ * SPIR-V: the source is compiled as OpenCL C (`-x cl`; C has no kernel calling convention on
+ * SPIR targets), and clang-19 writes spirv64 bitcode but no SPIR-V (Debian's LLVM 19 has no
+ * SPIR-V target and no llvm-spirv of its version): Debian's clang-15 and llvm-spirv-15 make the
+ * module (docs/level-zero.md). Kernel pointer parameters are OpenCL's `__global`: write them
+ * with OFFLOAD_GLOBAL (`OFFLOAD_GLOBAL float *y`), which is nothing on the other targets.
+ * OFFLOAD_SHARED arrays go inside the kernel's body there (OpenCL's rule for `__local`), and
+ * dynamic shared memory is a `__local` pointer parameter whose size the launch passes (no
+ * offload_shared_memory()).
  *
  * OFFLOAD_KERNEL marks an entry point: exported with default visibility on every target
  * (clang's amdgcn default is hidden, which would leave kernels LOCAL after linking) and with
@@ -44,7 +55,33 @@
 #define OFFLOAD_EXTERN_C
 #endif
 
-#if defined(__NVPTX__)
+#if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
+#define OFFLOAD_OPENCL 1
+#endif
+
+#if defined(OFFLOAD_OPENCL)
+
+/* OpenCL C for SPIR / SPIR-V (Level Zero, OpenCL drivers): the work-item built-ins. */
+#define OFFLOAD_KERNEL __kernel
+#define OFFLOAD_DEVICE static inline
+#define OFFLOAD_GLOBAL __global
+
+OFFLOAD_DEVICE unsigned offload_thread_id(int d) {
+  return (unsigned)d < 3u ? (unsigned)get_local_id((unsigned)d) : 0u;
+}
+OFFLOAD_DEVICE unsigned offload_block_id(int d) {
+  return (unsigned)d < 3u ? (unsigned)get_group_id((unsigned)d) : 0u;
+}
+OFFLOAD_DEVICE unsigned offload_block_dim(int d) {
+  return (unsigned)d < 3u ? (unsigned)get_local_size((unsigned)d) : 0u;
+}
+OFFLOAD_DEVICE unsigned offload_grid_dim(int d) {
+  return (unsigned)d < 3u ? (unsigned)get_num_groups((unsigned)d) : 0u;
+}
+OFFLOAD_DEVICE void offload_barrier(void) { barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE); }
+#define OFFLOAD_SHARED __local
+
+#elif defined(__NVPTX__)
 
 #define OFFLOAD_KERNEL OFFLOAD_EXTERN_C __attribute__((nvptx_kernel, visibility("default")))
 #define OFFLOAD_DEVICE static inline __attribute__((always_inline))
@@ -158,6 +195,11 @@ OFFLOAD_DEVICE void *offload_shared_memory(void) { return __offload_host_context
 #endif /* OFFLOAD_HOST_CONTEXT_ONLY */
 #endif
 
+/* Pointer parameters of kernels: OpenCL's `__global` where that is needed, else nothing. */
+#ifndef OFFLOAD_GLOBAL
+#define OFFLOAD_GLOBAL
+#endif
+
 /* The host plugin's own C takes only the context type above. */
 #ifndef OFFLOAD_HOST_CONTEXT_ONLY
 
@@ -174,7 +216,8 @@ OFFLOAD_DEVICE void *offload_shared_memory(void) { return __offload_host_context
  * without a signature are not checked (GPU drivers and JIT-compiled images check theirs). Host C
  * only; on GPU targets and in C++ the macros declare nothing.
  */
-#if !defined(__NVPTX__) && !defined(__AMDGPU__) && !defined(__cplusplus)
+#if !defined(__NVPTX__) && !defined(__AMDGPU__) && !defined(__cplusplus) &&                     \
+    !defined(OFFLOAD_OPENCL)
 /* 1 int/unsigned, 2 64-bit integer, 3 float, 4 double, 5 pointer, 6 anything else. */
 #define OFFLOAD_ARG_CODE(T)                                                                      \
   _Generic((T)0, _Bool: 6, char: 6, signed char: 6, unsigned char: 6, short: 6,                  \
@@ -247,7 +290,7 @@ OFFLOAD_DEVICE void *offload_shared_memory(void) { return __offload_host_context
  * to check it).
  * OFFLOAD_PARAMS(kernel, void) for a kernel without parameters. C only.
  */
-#if !defined(__cplusplus)
+#if !defined(__cplusplus) && !defined(OFFLOAD_OPENCL)
 #if defined(__NVPTX__) || defined(__AMDGPU__)
 /* Kernels there have their own calling convention (and NVPTX no variable-length arrays): the
  * host build of the same source checks the record. */

@@ -21,7 +21,9 @@
 #                                          every step runs, results of kernels the fake does not
 #                                          compute are not compared (the test suite runs this)
 #
-# BACKEND is cuda or amdgpu. The pack (about 50 MB, under the device tool's 64 MiB carry limit)
+# BACKEND is cuda, amdgpu or level-zero (Intel GPUs: SPIR-V from tests/spirv, run through the
+# machine's Level Zero loader and GPU driver; its dry run uses tests/fake-level-zero through the
+# real loader, Debian's libze1). The pack (about 50 MB, under the device tool's 64 MiB carry limit)
 # holds the offload binary, its plugins, the JIT worker and the check binary (stripped), the
 # prepared images, and the shared libraries the JIT worker needs that a GPU machine may lack
 # (libLLVM 19 and what it links), compressed; for amdgpu also ld.lld. cuda uses the GPU
@@ -37,10 +39,12 @@ cd "$(dirname "$0")/.."
 root=$PWD
 backend=${1:-}
 case "$backend" in
-  cuda|amdgpu) ;;
-  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run|dry-run]" >&2; exit 2 ;;
+  cuda|amdgpu|level-zero) ;;
+  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu|level-zero [prepare|run|dry-run]" >&2; exit 2 ;;
 esac
 pack=$root/.gpu-check/$backend
+# The plugin library's file name (cargo writes underscores).
+plugin_file=liboffload_plugin_${backend//-/_}.so
 
 prepare() {
   scripts/setup.sh
@@ -49,7 +53,7 @@ prepare() {
   cargo build --release --workspace --quiet
   rm -rf "$pack"
   mkdir -p "$pack/bin" "$pack/images"
-  for f in offload offload-jit-worker offload-dlopen-probe "$backend-gpu-check" "liboffload_plugin_$backend.so" liboffload_plugin_host.so; do
+  for f in offload offload-jit-worker offload-dlopen-probe "$backend-gpu-check" "$plugin_file" liboffload_plugin_host.so; do
     strip -o "$pack/bin/$f" "target/release/$f"
   done
   local bins=(target/release/offload-jit-worker)
@@ -59,11 +63,10 @@ prepare() {
     bins+=(/usr/lib/llvm-19/bin/lld)
   fi
   echo "== preparing images"
-  if [ "$backend" = amdgpu ]; then
-    target/release/amdgpu-gpu-check prepare "$pack/images" "${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}"
-  else
-    target/release/cuda-gpu-check prepare "$pack/images"
-  fi
+  case "$backend" in
+    amdgpu) target/release/amdgpu-gpu-check prepare "$pack/images" "${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}" ;;
+    *) target/release/$backend-gpu-check prepare "$pack/images" ;;
+  esac
   echo "== packing the libraries the JIT worker needs"
   # Every library they link that is not part of the C runtime every Linux has.
   ldd "${bins[@]}" | awk '/=> \//{print $3}' | awk -F/ '!seen[$NF]++' \
@@ -82,14 +85,14 @@ run() {
   export PATH="$pack/bin:$PATH:/usr/local/cuda/bin"
   [ -x "$pack/bin/ld.lld" ] && export OFFLOAD_LLD="$pack/bin/ld.lld"
   unset OFFLOAD_PLUGIN_PATH OFFLOAD_PLUGINS
-  if [ "$backend" = cuda ]; then
-    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  else
-    command -v rocminfo >/dev/null && rocminfo | grep -E '^\s+(Marketing Name|Name):\s+gfx' | head -4 || true
-  fi
+  case "$backend" in
+    cuda) command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true ;;
+    amdgpu) command -v rocminfo >/dev/null && rocminfo | grep -E '^\s+(Marketing Name|Name):\s+gfx' | head -4 || true ;;
+    level-zero) command -v clinfo >/dev/null && clinfo -l || true ;;
+  esac
   echo "== offload info"
   "$pack/bin/offload" info
-  echo "== kernels against the host, launch overhead (cuda), JIT times"
+  echo "== kernels against the host, launch overhead (cuda), JIT times (cuda, amdgpu)"
   time "$pack/bin/$backend-gpu-check" run "$pack/images"
 }
 
@@ -102,7 +105,13 @@ dry_run() {
   export PATH="$root/.tools/cuda/nvidia/cuda_nvcc/bin:$PATH"
   echo "== preparing images (debug build)"
   export OFFLOAD_GPU_CHECK_DRY_RUN=1 OFFLOAD_GPU_CHECK_JSON=$out/summary.json
-  if [ "$backend" = cuda ]; then
+  if [ "$backend" = level-zero ]; then
+    "$check" prepare "$out/images"
+    clang-19 -shared -fPIC -O1 -Wall -Werror -pthread -fvisibility=hidden tests/fake-level-zero/fake_ze.c -o "$out/libze_fake.so"
+    export ZE_ENABLE_ALT_DRIVERS=$out/libze_fake.so FAKE_ZE_LOG=$out/driver.log
+    echo "== the check against the fake driver, through the real Level Zero loader"
+    "$check" run "$out/images"
+  elif [ "$backend" = cuda ]; then
     "$check" prepare "$out/images"
     clang-19 -shared -fPIC -O1 -Wall -Werror -pthread tests/fake-cuda/fake_cuda.c -o "$out/libcuda_fake.so"
     # heavy: the thread limit its registers give it with ptxas 12.9 on sm_90 (130 registers).
@@ -124,5 +133,5 @@ case "${2:-all}" in
   run) run ;;
   all) prepare; run ;;
   dry-run) dry_run ;;
-  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu [prepare|run|dry-run]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh cuda|amdgpu|level-zero [prepare|run|dry-run]" >&2; exit 2 ;;
 esac

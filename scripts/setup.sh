@@ -8,7 +8,10 @@ need_apt=()
 # load for real (it reports no GPU here) and whose headers the fake runtime is built against.
 # libomp-19-dev: LLVM 19's OpenMP runtime (omp.h, libomp.so.5 and Debian's libomptarget), which
 # the OpenMP programs of the drop-in libomptarget's tests are built and run with.
-for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config libhsa-runtime64-1 libhsa-runtime-dev libomp-19-dev; do
+# libze1 / libze-dev: the oneAPI Level Zero loader, which the level-zero plugin's tests load for
+# real (no driver here: it reports no device) and whose headers the fake driver is built
+# against; spirv-tools: spirv-as and spirv-val, which make and check the tests' SPIR-V.
+for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config libhsa-runtime64-1 libhsa-runtime-dev libomp-19-dev libze1 libze-dev spirv-tools; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     need_apt+=("$pkg")
   fi
@@ -52,4 +55,4 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest (crates.io)"
   cargo install cargo-nextest --locked --quiet
 fi
-echo "setup: ok (clang-19, ld.lld-19, llvm-19, libomp-19, libffi, the HSA runtime, ptxas in .tools/cuda, cargo-nextest present)"
+echo "setup: ok (clang-19, ld.lld-19, llvm-19, libomp-19, libffi, the HSA runtime, the Level Zero loader, spirv-tools, ptxas in .tools/cuda, cargo-nextest present)"

@@ -71,6 +71,15 @@ else: print("skip " + (p.get("reason") or p["status"]))
 amd_gpu=()
 if [ "${amd_state%% *}" = gpu ]; then amd_gpu=(--run-ignored all); fi
 run_group amdgpu  "${amd_gpu[@]}" -p plugin-amdgpu -p offload-tests -E 'package(plugin-amdgpu) | binary(amdgpu) | binary(amdgpu_fake_runtime)'
+# Level Zero: no test needs an Intel GPU (the GPU check is scripts/gpu-check.sh level-zero).
+ze_state=$(target/debug/offload info --json 2>/dev/null | python3 -c '
+import json, sys
+p = next((p for p in json.load(sys.stdin)["plugins"] if p["name"] == "level-zero"), None)
+if p is None: print("the level-zero plugin was not found")
+elif p["status"] == "ok": print("GPUs: " + ", ".join(d.get("name", "?") + " (" + d.get("compute_unit", "?") + ")" for d in p["devices"]))
+else: print(p.get("reason") or p["status"])
+' 2>/dev/null || echo "offload info failed")
+run_group level-zero -p plugin-level-zero -p offload-tests -E 'package(plugin-level-zero) | binary(level_zero) | binary(level_zero_fake_driver)'
 
 # Every test of the workspace must belong to some group: a test no group runs is a test CI
 # never runs.
@@ -144,6 +153,10 @@ else
   echo "      GPU tests skipped (counted above): ${amd_state#skip }"
   echo "      on a machine with an AMD GPU they run here, and in scripts/gpu-check.sh amdgpu"
 fi
+echo "level-zero: ran up to the driver: SPIR-V (spirv-as, spirv-val) and zebin checks, mutants, the real Level"
+echo "      Zero loader (Debian's libze1) with no driver, and the device path through that loader against a fake"
+echo "      driver (tests/fake-level-zero: asynchronous immediate lists, events, local memory, faults), the GPU"
+echo "      check's dry run; this machine: $ze_state"
 echo "(jit: the engine, its client and the worker process, incl. PTX/AMDGPU/x86-64 oracle tests against"
 echo " opt-19|llc-19 through the worker, and the isolation tests: LLVM aborts, memory bombs, runaway compiles,"
 echo " killed workers, bitcode mutants; the disk cache across processes: warm starts without LLVM, bad entries,"

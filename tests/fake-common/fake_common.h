@@ -1,12 +1,37 @@
-/* What the fake drivers (tests/fake-cuda, tests/fake-hsa) share: a copy engine that gets
- * overlapping copies wrong, as a real one may, and the reading of an ELF image's sections and
- * global variables (a cubin, an AMD code object), as a driver finds them by name. Include it
- * after the fake's `say` (its log). */
+/* What the fake drivers (tests/fake-cuda, tests/fake-hsa, tests/fake-level-zero) share: the
+ * log (`say`), a copy engine that gets overlapping copies wrong, as a real one may, and the
+ * reading of an ELF image's sections and global variables (a cubin, an AMD code object, a
+ * zebin), as a driver finds them by name. Define FAKE_LOG_VARIABLE (the environment variable
+ * naming the log file) before including it. */
 #ifndef FAKE_COMMON_H
 #define FAKE_COMMON_H
 
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+static pthread_mutex_t fake_log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Appends one line (or more) to the log file FAKE_LOG_VARIABLE names, whole, from any thread;
+ * nothing when the variable is not set. */
+static void say(const char *fmt, ...) {
+  const char *path = getenv(FAKE_LOG_VARIABLE);
+  if (!path)
+    return;
+  pthread_mutex_lock(&fake_log_lock);
+  FILE *f = fopen(path, "a");
+  if (f) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+  }
+  pthread_mutex_unlock(&fake_log_lock);
+}
 
 /* A DMA engine promises nothing for overlapping ranges; this one copies in the direction that
  * gets memmove's result wrong, and says so ("overlapping-copy"). */

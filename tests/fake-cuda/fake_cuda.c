@@ -67,22 +67,7 @@ static char contexts[16];
 /* The device whose primary context is current on this thread (0..15). */
 static int context_index(void) { return current ? (int)((char *)current - contexts) : 0; }
 
-static void say(const char *fmt, ...) {
-  const char *path = getenv("FAKE_CUDA_LOG");
-  if (!path)
-    return;
-  pthread_mutex_lock(&lock);
-  FILE *f = fopen(path, "a");
-  if (f) {
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    fclose(f);
-  }
-  pthread_mutex_unlock(&lock);
-}
-
+#define FAKE_LOG_VARIABLE "FAKE_CUDA_LOG"
 #include "../fake-common/fake_common.h"
 
 #define NEED_CONTEXT                                                                             \

@@ -36,22 +36,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
 
-static void say(const char *fmt, ...) {
-  const char *path = getenv("FAKE_HSA_LOG");
-  if (!path)
-    return;
-  pthread_mutex_lock(&lock);
-  FILE *f = fopen(path, "a");
-  if (f) {
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    fclose(f);
-  }
-  pthread_mutex_unlock(&lock);
-}
-
+#define FAKE_LOG_VARIABLE "FAKE_HSA_LOG"
 #include "../fake-common/fake_common.h"
 
 enum { CPU = 1, GPU = 2 };

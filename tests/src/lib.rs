@@ -363,23 +363,21 @@ pub fn ptxas_cubin(ptx: &[u8], arch: &str, tag: &str) -> Vec<u8> {
 /// the driver's contracts and logs launches), built once per test process.
 pub fn fake_cuda_driver() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let src = repo_root().join("tests/fake-cuda/fake_cuda.c");
-        let lib = scratch("fake-cuda").join("libcuda_fake.so");
-        clang(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            "-pthread",
-            src.to_str().unwrap(),
-            "-o",
-            lib.to_str().unwrap(),
-        ]);
-        lib
-    })
-    .clone()
+    LIB.get_or_init(|| fake_library("fake-cuda/fake_cuda.c", "libcuda_fake.so", &[]))
+        .clone()
+}
+
+/// A fake driver library: `tests/<source>` built by clang-19 into `<lib>` in this process's
+/// scratch directory, warnings as errors, with `flags`.
+fn fake_library(source: &str, lib: &str, flags: &[&str]) -> PathBuf {
+    let src = repo_root().join("tests").join(source);
+    let dir = source.split('/').next().unwrap_or("fake");
+    let out = scratch(dir).join(lib);
+    let mut args = vec!["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[src.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    clang(&args);
+    out
 }
 
 /// The entry of plugin `name` in `offload info --json` output.
@@ -427,21 +425,11 @@ pub fn amdgcn_jit(input: &Path, cpu: &str, extra: &[&str], tag: &str) -> Vec<u8>
 pub fn fake_hsa_runtime() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        let src = repo_root().join("tests/fake-hsa/fake_hsa.c");
-        let lib = scratch("fake-hsa").join("libhsa_fake.so");
-        clang(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            "-pthread",
-            "-I/usr/include/hsa",
-            src.to_str().unwrap(),
-            "-o",
-            lib.to_str().unwrap(),
-        ]);
-        lib
+        fake_library(
+            "fake-hsa/fake_hsa.c",
+            "libhsa_fake.so",
+            &["-I/usr/include/hsa"],
+        )
     })
     .clone()
 }
@@ -591,12 +579,16 @@ pub fn check_random_queued_work(device: &offload::Device, add: &offload::Kernel,
                             }
                             6 => {
                                 let k = rng.next_u64() as u32 % 1000;
-                                add.launch(LaunchDims::for_elems(len as u64, 64).unwrap())
-                                    .arg(len as i32)
-                                    .arg(k)
-                                    .arg(view)
-                                    .run_on(q)
-                                    .unwrap();
+                                let mut launch =
+                                    add.launch(LaunchDims::for_elems(len as u64, 64).unwrap());
+                                launch.arg(len as i32).arg(k).arg(view);
+                                if add.params().is_some() {
+                                    launch.run_on(q).unwrap();
+                                } else {
+                                    // An image without an OFFLOAD_PARAMS record (hand-written
+                                    // SPIR-V). SAFETY: as for the synchronous launch above.
+                                    unsafe { launch.run_unchecked_on(q) }.unwrap();
+                                }
                                 for v in &mut model[b][lo..lo + len] {
                                     *v = v.wrapping_add(k);
                                 }
@@ -700,6 +692,51 @@ pub fn gpu_check_dry_run(backend: &str, dir: &Path, envs: &[(&str, &str)]) -> Dr
     }
 }
 
+/// The checks every backend's GPU check has beyond its kernels ([`gpu_check::run_extras`]).
+pub const GPU_CHECK_EXTRAS: [&str; 6] = [
+    "device copies, overlapping both ways (400 seeded)",
+    "queued and synchronous work, 3 threads x 2 queues (seeded)",
+    "events and their timing",
+    "a global (the OFFLOAD_PARAMS record of add_k)",
+    "host and shared memory as kernel arguments",
+    "a kernel that faults (its own process)",
+];
+
+/// Runs `scripts/gpu-check.sh BACKEND dry-run` through a pipe and checks that it succeeds,
+/// fails no check, calls itself a dry run and passes each of `wants`; when `failing` is given
+/// (a fake's setting under which allocations fail), runs it once more with it and checks that
+/// the run fails, its status coming through the pipe and its summary counting failures. The
+/// first run.
+pub fn assert_gpu_check_dry_run(
+    backend: &str,
+    wants: &[&str],
+    failing: Option<(&str, &str)>,
+) -> DryRun {
+    let run = gpu_check_dry_run(backend, &scratch(&format!("gpu-check-dry-{backend}")), &[]);
+    let summary = &run.summary;
+    assert!(run.status.success(), "{}", run.log);
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["dry_run"], true, "{summary}");
+    let passed = run.passed();
+    for want in wants {
+        assert!(passed.contains(want), "'{want}' did not pass: {summary}");
+    }
+    if let Some(setting) = failing {
+        let bad = gpu_check_dry_run(
+            backend,
+            &scratch(&format!("gpu-check-dry-{backend}-failing")),
+            &[setting],
+        );
+        assert!(!bad.status.success(), "{}", bad.log);
+        assert!(
+            bad.summary["failed"].as_u64().unwrap_or(0) > 0,
+            "{}",
+            bad.summary
+        );
+    }
+    run
+}
+
 /// C `source` (against the kernel header) compiled by clang-19 -O2 for the host both ways: a
 /// shared object (called once per work item) and bitcode (the JIT's work-group functions).
 /// Returns their paths, `TAG.so` and `TAG.bc` in this process's scratch directory.
@@ -765,4 +802,100 @@ pub fn host_jit_run(bc: &Path, cpu: &str, out: &Path, envs: &[(&str, &str)]) -> 
         ],
         &all,
     )
+}
+
+/// The fake Level Zero driver (`tests/fake-level-zero/fake_ze.c`: a GPU driver without a GPU
+/// that the real loader loads through `ZE_ENABLE_ALT_DRIVERS`), built once per test process
+/// against Debian's Level Zero headers.
+pub fn fake_ze_driver() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        fake_library(
+            "fake-level-zero/fake_ze.c",
+            "libze_fake.so",
+            &["-fvisibility=hidden"],
+        )
+    })
+    .clone()
+}
+
+/// A fake driver's log file for test `tag` (removed if a previous run left one), in this
+/// process's scratch directory `dir`.
+pub fn fake_log(dir: &str, tag: &str) -> PathBuf {
+    let p = scratch(dir).join(format!("{tag}.log"));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// The lines of a fake driver's log (none if it wrote nothing).
+pub fn log_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// SPIR-V assembly `text` assembled by `spirv-as` (SPIR-V 1.0) and checked by `spirv-val` for
+/// OpenCL 2.0 unless `validate` is false; the module's bytes.
+pub fn spirv_from_text(tag: &str, text: &str, validate: bool) -> Vec<u8> {
+    let dir = scratch("spirv");
+    let src = dir.join(format!("{tag}.spvasm"));
+    let out = dir.join(format!("{tag}.spv"));
+    std::fs::write(&src, text).unwrap();
+    let o = Command::new("spirv-as")
+        .args(["--target-env", "spv1.0"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("spirv-as (spirv-tools; scripts/setup.sh installs it)");
+    assert!(
+        o.status.success(),
+        "spirv-as {tag}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    if validate {
+        let v = Command::new("spirv-val")
+            .args(["--target-env", "opencl2.0"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            v.status.success(),
+            "spirv-val {tag}: {}",
+            String::from_utf8_lossy(&v.stderr)
+        );
+    }
+    std::fs::read(out).unwrap()
+}
+
+/// `tests/spirv/<name>.spvasm`, assembled and validated.
+pub fn spirv(name: &str) -> Vec<u8> {
+    let text =
+        std::fs::read_to_string(repo_root().join(format!("tests/spirv/{name}.spvasm"))).unwrap();
+    spirv_from_text(name, &text, name != "compute")
+}
+
+/// A zebin as Intel's compiler lays one out (64-bit little-endian ELF, `EM_INTELGT`, `ET_REL`,
+/// one `.text.<kernel>` section per kernel); each section's first word is the kernel's
+/// parameter count, which the fake Level Zero driver reads in place of real GPU code.
+pub fn synthetic_zebin(kernels: &[(&str, u32)]) -> Vec<u8> {
+    use object::write::Object;
+    use object::{Architecture, BinaryFormat, Endianness, SectionKind};
+    let mut obj = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+    for (name, args) in kernels {
+        let section = obj.add_section(
+            Vec::new(),
+            format!(".text.{name}").into_bytes(),
+            SectionKind::Text,
+        );
+        let mut code = args.to_le_bytes().to_vec();
+        code.extend_from_slice(&[0; 60]);
+        obj.append_section_data(section, &code, 16);
+    }
+    let mut bytes = obj.write().unwrap();
+    bytes[16..18].copy_from_slice(&1u16.to_le_bytes()); // ET_REL
+    bytes[18..20].copy_from_slice(&offload_core::image::machine::INTELGT.to_le_bytes());
+    bytes
 }

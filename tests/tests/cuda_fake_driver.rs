@@ -11,17 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// A fresh log file for one run.
 fn log_file(tag: &str) -> PathBuf {
-    let p = scratch("fake-cuda").join(format!("{tag}.log"));
-    let _ = std::fs::remove_file(&p);
-    p
-}
-
-fn log_lines(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    fake_log("fake-cuda", tag)
 }
 
 /// Runs `offload` against the fake driver (plus `envs`).
@@ -1071,38 +1061,18 @@ fn random_queued_work_on_several_threads_and_devices_matches_the_model() {
 #[test]
 fn the_gpu_check_runs_end_to_end_against_the_fake_driver() {
     // The script and the check binary as they will run on a GPU machine, with the fake
-    // driver: every step runs; only kernels the fake does not compute go uncompared.
-    let run = gpu_check_dry_run("cuda", &scratch("gpu-check-dry-cuda"), &[]);
-    let summary = &run.summary;
-    assert!(run.status.success(), "{}", run.log);
-    assert_eq!(summary["failed"], 0, "{summary}");
-    assert_eq!(summary["dry_run"], true);
-    let checks = run.passed();
-    for want in [
+    // driver: every step runs; only kernels the fake does not compute go uncompared. With
+    // failing allocations the check fails, and its status survives the pipe.
+    let mut wants = vec![
         "saxpy from cubin sm_90a",
         "saxpy from bitcode sm_80 (JIT for sm_90a)",
-        "device copies, overlapping both ways (400 seeded)",
-        "queued and synchronous work, 3 threads x 2 queues (seeded)",
-        "events and their timing",
-        "a global (the OFFLOAD_PARAMS record of add_k)",
-        "host and shared memory as kernel arguments",
-        "a kernel that faults (its own process)",
+        "a register-heavy kernel: 1024 threads refused, its own limit runs",
+        "a launch one argument short refused (cubin, PTX)",
+        "dynamic shared memory from 2 threads: 64 KiB and 100 KiB launches",
         "launch overhead, empty kernel, against raw cudarc",
-    ] {
-        assert!(checks.contains(&want), "'{want}' did not pass: {summary}");
-    }
-    // A device whose allocations fail: the check fails, and its status survives the pipe.
-    let run = gpu_check_dry_run(
-        "cuda",
-        &scratch("gpu-check-dry-cuda-failing"),
-        &[("FAKE_CUDA_MEMORY", "4096")],
-    );
-    assert!(!run.status.success());
-    assert!(
-        run.summary["failed"].as_u64().unwrap_or(0) > 0,
-        "{}",
-        run.summary
-    );
+    ];
+    wants.extend(GPU_CHECK_EXTRAS);
+    assert_gpu_check_dry_run("cuda", &wants, Some(("FAKE_CUDA_MEMORY", "4096")));
 }
 
 #[test]

@@ -145,3 +145,93 @@ fn host_kernels_export_the_entry_and_the_context() {
         );
     }
 }
+
+/// A kernel with every part of the header (IDs, block size, grid size, a barrier, a shared
+/// array) and OFFLOAD_GLOBAL pointers, which compiles as C for the host and the GPUs and as
+/// OpenCL C for SPIR-V.
+const PORTABLE: &str = "#include \"offload_kernel.h\"\n\
+OFFLOAD_KERNEL void block_rev(OFFLOAD_GLOBAL const unsigned *in, OFFLOAD_GLOBAL unsigned *out) {\n\
+  OFFLOAD_SHARED unsigned tile[256];\n\
+  unsigned t = offload_thread_id(0), B = offload_block_dim(0), b = offload_block_id(0);\n\
+  tile[t] = in[b * B + t];\n\
+  offload_barrier();\n\
+  out[b * B + t] = tile[B - 1 - t] + offload_grid_dim(1) + offload_thread_id(3);\n\
+}\n\
+OFFLOAD_SIGNATURE(block_rev, const unsigned *, unsigned *);\n\
+OFFLOAD_PARAMS(block_rev, const unsigned in[1], unsigned out[1]);\n";
+
+#[test]
+fn opencl_c_for_spirv_maps_ids_barrier_and_shared_memory_to_the_opencl_built_ins() {
+    let dir = scratch("header-spirv");
+    let src = dir.join("block_rev.c");
+    std::fs::write(&src, PORTABLE).unwrap();
+    let include = repo_root().join("include");
+    let ll = dir.join("block_rev.spirv64.ll");
+    clang(&[
+        "-target",
+        "spirv64",
+        "-x",
+        "cl",
+        "-cl-std=CL2.0",
+        "-O2",
+        "-Wall",
+        "-Werror",
+        "-emit-llvm",
+        "-S",
+        "-I",
+        include.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-o",
+        ll.to_str().unwrap(),
+    ]);
+    let ir = std::fs::read_to_string(&ll).unwrap();
+    for want in [
+        "define spir_kernel void @block_rev(ptr addrspace(1)",
+        "@_Z12get_local_idj(i32 noundef 0)",
+        "@_Z12get_group_idj(i32 noundef 0)",
+        "@_Z14get_local_sizej(i32 noundef 0)",
+        "@_Z14get_num_groupsj(i32 noundef 1)",
+        // CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE
+        "@_Z7barrierj(i32 noundef 3)",
+        "addrspace(3) global [256 x i32]",
+    ] {
+        assert!(ir.contains(want), "'{want}' not in:\n{ir}");
+    }
+    // No host-only records in OpenCL C, and IDs past z are 0 as on every target.
+    assert!(!ir.contains("__offload_signature"), "{ir}");
+    assert!(!ir.contains("@_Z12get_local_idj(i32 noundef 3)"), "{ir}");
+    // The same source as C: host, NVPTX and AMDGPU.
+    let so = dir.join("block_rev.so");
+    clang(&[
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        "-Werror",
+        "-I",
+        include.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-o",
+        so.to_str().unwrap(),
+    ]);
+    for target in [
+        &["-target", "nvptx64-nvidia-cuda", "-march=sm_80"][..],
+        &["-target", "amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-nogpulib"][..],
+    ] {
+        let mut args = target.to_vec();
+        let out = dir.join("block_rev.gpu.ll");
+        args.extend_from_slice(&[
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-emit-llvm",
+            "-S",
+            "-I",
+            include.to_str().unwrap(),
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        clang(&args);
+    }
+}

@@ -71,6 +71,8 @@ pub enum ImageClaim {
     Ptx,
     /// CUDA fat binaries.
     CudaFatbin,
+    /// SPIR-V modules.
+    SpirV,
 }
 
 impl ImageClaim {
@@ -81,6 +83,7 @@ impl ImageClaim {
             ImageClaim::Bitcode { triple } => format!("bitcode:{triple}"),
             ImageClaim::Ptx => "ptx".into(),
             ImageClaim::CudaFatbin => "fatbin".into(),
+            ImageClaim::SpirV => "spirv".into(),
         }
     }
 
@@ -96,6 +99,7 @@ impl ImageClaim {
         match text {
             "ptx" => Some(ImageClaim::Ptx),
             "fatbin" => Some(ImageClaim::CudaFatbin),
+            "spirv" => Some(ImageClaim::SpirV),
             _ => None,
         }
     }
@@ -109,6 +113,7 @@ impl ImageClaim {
             ImageClaim::Bitcode { triple } => format!("bitcode/IR for {triple}"),
             ImageClaim::Ptx => "PTX text".into(),
             ImageClaim::CudaFatbin => "CUDA fatbins".into(),
+            ImageClaim::SpirV => "SPIR-V modules".into(),
         }
     }
 }

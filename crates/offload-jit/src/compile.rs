@@ -37,7 +37,36 @@ pub fn initialize_targets() {
         Target::initialize_aarch64(&config);
         Target::initialize_nvptx(&config);
         Target::initialize_amd_gpu(&config);
+        let _ = initialize_spirv();
     });
+}
+
+/// The SPIR-V target, if the LLVM this process runs has it (LLVM 19 builds it only on request;
+/// Debian's does not): its initialisers are looked up in the loaded libLLVM, since inkwell
+/// binds none for LLVM 19. Whether it is there.
+fn initialize_spirv() -> bool {
+    const PARTS: [&std::ffi::CStr; 4] = [
+        c"LLVMInitializeSPIRVTargetInfo",
+        c"LLVMInitializeSPIRVTarget",
+        c"LLVMInitializeSPIRVTargetMC",
+        c"LLVMInitializeSPIRVAsmPrinter",
+    ];
+    // SAFETY: looking symbols up in the process; each found one is LLVM's `void f(void)`
+    // initialiser, called once (under `initialize_targets`'s Once).
+    unsafe {
+        let found: Vec<*mut libc::c_void> = PARTS
+            .iter()
+            .map(|name| libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()))
+            .collect();
+        if found.iter().any(|f| f.is_null()) {
+            return false;
+        }
+        for f in found {
+            let init: extern "C" fn() = std::mem::transmute(f);
+            init();
+        }
+    }
+    true
 }
 
 /// LLVM's canonical form of a triple (`x86_64-linux-gnu` → `x86_64-unknown-linux-gnu`).
@@ -116,6 +145,15 @@ pub(crate) fn target_machine(
 ) -> Result<TargetMachine> {
     initialize_targets();
     let target = Target::from_triple(&TargetTriple::create(triple)).map_err(|e| {
+        if triple.starts_with("spirv") {
+            return Error::Unsupported(format!(
+                "LLVM {} (the JIT's) has no SPIR-V target: it was built without SPIRV in \
+                 LLVM_TARGETS_TO_BUILD, as Debian's llvm-19 is, so bitcode for '{triple}' cannot \
+                 become SPIR-V here; compile the kernel to SPIR-V ahead of time (docs/level-zero.md) \
+                 or run the JIT worker on an LLVM built with that target",
+                crate::llvm_version()
+            ));
+        }
         Error::Unsupported(format!(
             "no LLVM target for triple '{triple}': {}",
             e.to_string_lossy()

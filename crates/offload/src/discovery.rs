@@ -66,12 +66,15 @@ pub fn plugin_filter() -> Result<Option<Vec<String>>> {
     }))
 }
 
-/// The short name of a plugin file (`liboffload_plugin_host.so` → `host`).
-pub fn plugin_name(file_name: &str) -> Option<&str> {
+/// The short name of a plugin file (`liboffload_plugin_host.so` → `host`), with `_` read as
+/// `-` (`liboffload_plugin_level_zero.so` → `level-zero`): cargo names a library's file with
+/// underscores, plugins call themselves with hyphens.
+pub fn plugin_name(file_name: &str) -> Option<String> {
     file_name
         .strip_prefix(PLUGIN_PREFIX)?
         .strip_suffix(PLUGIN_SUFFIX)
         .filter(|n| !n.is_empty())
+        .map(|n| n.replace('_', "-"))
 }
 
 /// Whether plugins may be loaded from `path` (a plugin directory or file): it must not be
@@ -132,7 +135,7 @@ pub fn find_plugins(dirs: &[PathBuf]) -> (Vec<Found>, Vec<String>) {
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let file = e.file_name();
-                let name = plugin_name(file.to_str()?)?.to_string();
+                let name = plugin_name(file.to_str()?)?;
                 // Follows a symbolic link to what it names, without opening anything.
                 let ft = std::fs::metadata(e.path()).map(|m| m.file_type()).ok()?;
                 Some((name, e.path(), ft))
@@ -184,7 +187,14 @@ mod tests {
 
     #[test]
     fn plugin_names_come_from_file_names() {
-        assert_eq!(plugin_name("liboffload_plugin_host.so"), Some("host"));
+        assert_eq!(
+            plugin_name("liboffload_plugin_host.so").as_deref(),
+            Some("host")
+        );
+        assert_eq!(
+            plugin_name("liboffload_plugin_level_zero.so").as_deref(),
+            Some("level-zero")
+        );
         assert_eq!(plugin_name("liboffload_plugin_.so"), None);
         assert_eq!(plugin_name("libfoo.so"), None);
         assert_eq!(plugin_name("liboffload_plugin_cuda.so.1"), None);

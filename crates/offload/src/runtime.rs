@@ -575,9 +575,10 @@ impl Runtime {
             for wanted in only {
                 if !found.iter().any(|f| f.name == *wanted) {
                     notes.push(format!(
-                        "{} names plugin '{wanted}', but no {}{wanted}{} was found",
+                        "{} names plugin '{wanted}', but no {}{}{} was found",
                         discovery::ENV_PLUGINS,
                         discovery::PLUGIN_PREFIX,
+                        wanted.replace('-', "_"),
                         discovery::PLUGIN_SUFFIX
                     ));
                 }

@@ -54,6 +54,7 @@ impl PluginClaims {
                 .any(|c| matches!(c, ImageClaim::Elf { machine } if *machine == info.machine)),
             ImageKind::Ptx => self.claims.contains(&ImageClaim::Ptx),
             ImageKind::CudaFatbin => self.claims.contains(&ImageClaim::CudaFatbin),
+            ImageKind::SpirV => self.claims.contains(&ImageClaim::SpirV),
             _ => false,
         };
         if claimed {

@@ -37,6 +37,8 @@ pub mod machine {
     pub const AARCH64: u16 = 183;
     /// `EM_CUDA` (NVIDIA cubin)
     pub const CUDA: u16 = 190;
+    /// `EM_INTELGT` (Intel GPU native binaries, "zebin")
+    pub const INTELGT: u16 = 205;
     /// `EM_AMDGPU` (AMD code objects)
     pub const AMDGPU: u16 = 224;
     /// `EM_RISCV`
@@ -67,6 +69,7 @@ pub mod machine {
             X86_64 => "EM_X86_64",
             AARCH64 => "EM_AARCH64",
             CUDA => "EM_CUDA",
+            INTELGT => "EM_INTELGT",
             AMDGPU => "EM_AMDGPU",
             RISCV => "EM_RISCV",
             _ => return format!("machine {m}"),
@@ -175,6 +178,9 @@ pub enum ImageKind {
     OffloadBinary,
     /// A clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`): several images by bundle id.
     OffloadBundle,
+    /// A SPIR-V module (magic `0x07230203`, little-endian words): the portable GPU IL that
+    /// OpenCL and Level Zero drivers compile.
+    SpirV,
 }
 
 /// Magic of an LLVM offload binary.
@@ -185,6 +191,8 @@ pub const OFFLOAD_BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
 pub const COMPRESSED_BUNDLE_MAGIC: &[u8; 4] = b"CCOB";
 /// Magic of a CUDA fat binary, as stored (little-endian `0xBA55ED50`).
 pub const CUDA_FATBIN_MAGIC: [u8; 4] = [0x50, 0xED, 0x55, 0xBA];
+/// Magic of a SPIR-V module, as stored in little-endian words (`0x07230203`).
+pub const SPIRV_MAGIC: [u8; 4] = [0x03, 0x02, 0x23, 0x07];
 
 impl ImageKind {
     /// A short name for messages (`ELF`, `bitcode`, `PTX`, ...).
@@ -197,6 +205,7 @@ impl ImageKind {
             ImageKind::CudaFatbin => "CUDA fatbin",
             ImageKind::OffloadBinary => "LLVM offload binary",
             ImageKind::OffloadBundle => "clang offload bundle",
+            ImageKind::SpirV => "SPIR-V module",
         }
     }
 
@@ -391,6 +400,16 @@ pub fn classify(bytes: &[u8]) -> Result<ImageKind> {
     if bytes.starts_with(&CUDA_FATBIN_MAGIC) {
         return Ok(ImageKind::CudaFatbin);
     }
+    if bytes.starts_with(&SPIRV_MAGIC) {
+        return Ok(ImageKind::SpirV);
+    }
+    if bytes.starts_with(&[0x07, 0x23, 0x02, 0x03]) {
+        return Err(Error::InvalidImage(
+            "a SPIR-V module in big-endian words (magic 07 23 02 03): drivers take little-endian \
+             modules; byte-swap each 4-byte word"
+                .into(),
+        ));
+    }
     if bytes.len() < 4 || bytes[..4] != ELF_MAGIC {
         if looks_like_llvm_ir(bytes) {
             return Ok(ImageKind::LlvmIr);
@@ -401,7 +420,8 @@ pub fn classify(bytes: &[u8]) -> Result<ImageKind> {
         return Err(Error::InvalidImage(format!(
             "unknown image format: first bytes are [{}], expected ELF (7f 45 4c 46), LLVM bitcode \
              (42 43 c0 de, or wrapper de c0 17 0b), textual LLVM IR, PTX text, a CUDA fatbin \
-             (50 ed 55 ba), an LLVM offload binary (10 ff 10 ad) or a clang offload bundle",
+             (50 ed 55 ba), a SPIR-V module (03 02 23 07), an LLVM offload binary (10 ff 10 ad) \
+             or a clang offload bundle",
             hex_prefix(bytes)
         )));
     }

@@ -1,0 +1,814 @@
+//! One Level Zero GPU: the hooks the generic device layer calls.
+//!
+//! Each device has a context of its own (on its driver); memory is `zeMemAlloc{Device,Host,
+//! Shared}` in it. A queue of the layer owns an immediate command list (on the device's first
+//! compute queue group, asynchronous) and an event: its copies and launches are only appended,
+//! so the GPU runs them back to back (`stream_ordered`); draining the queue appends a signal of
+//! the event and waits for it on the host, which is when the layer releases what the operations
+//! used. Work without a queue goes through an immediate list of the device's own and is waited
+//! for the same way, operation by operation.
+//!
+//! Kernel arguments are state of the kernel object (`zeKernelSetArgumentValue`, captured when
+//! the launch is appended): the arguments, the group size and the append happen under the
+//! kernel's lock, so launches of one kernel from several threads do not mix their arguments.
+
+use crate::spirv::{self, Param};
+use crate::ze::{self, Handle, Ze};
+use offload_core::image::ImageKind;
+use offload_core::jit::{JitTarget, ParamType, PostProcess};
+use offload_core::{
+    DeviceInfo, DeviceLimits, DevicePtr, Error, GlobalSymbol, KernelArg, LaunchDims, MemoryKind,
+    Result,
+};
+use offload_plugin_common::{DeviceBackend, Fit, Op};
+use std::ffi::{CString, c_void};
+use std::sync::{Arc, Mutex};
+
+/// The triple bitcode for these devices is compiled for.
+pub const TRIPLE: &str = "spirv64-unknown-unknown";
+
+/// An immediate command list, and the event its drains signal.
+pub struct Stream {
+    ze: Arc<Ze>,
+    list: Handle,
+    pool: Handle,
+    event: Handle,
+    /// One thread at a time appends to the list (immediate lists are not thread-safe).
+    busy: Mutex<()>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream({:p})", self.list)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: the layer drops a stream after draining it.
+        unsafe {
+            let _ = self.ze.zeCommandListDestroy(self.list);
+            let _ = self.ze.zeEventDestroy(self.event);
+            let _ = self.ze.zeEventPoolDestroy(self.pool);
+        }
+    }
+}
+
+impl Stream {
+    /// Appends with `append`, under the list's lock.
+    fn append(&self, what: &str, append: impl FnOnce(Handle) -> Result<()>) -> Result<()> {
+        let _busy = offload_core::sync::lock(&self.busy);
+        append(self.list).map_err(|e| e.context(what.to_string()))
+    }
+
+    /// Waits until everything appended so far has run: a signal of the event appended, waited
+    /// for on the host, the event reset.
+    fn drain(&self) -> Result<()> {
+        let _busy = offload_core::sync::lock(&self.busy);
+        // SAFETY: the list's lock is held; the event is this stream's alone.
+        unsafe {
+            self.ze
+                .zeCommandListAppendSignalEvent(self.list, self.event)?;
+            self.ze.zeEventHostSynchronize(self.event, ze::FOREVER)?;
+            self.ze.zeEventHostReset(self.event)
+        }
+    }
+}
+
+/// A loaded module, with what the plugin read of its image.
+pub struct Program {
+    ze: Arc<Ze>,
+    module: Handle,
+    /// The SPIR-V module's kernels and parameters (for native binaries: none).
+    spirv: Option<spirv::Module>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Program({:p})", self.module)
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once, after the last launch that used it (the layer holds it).
+        let _ = unsafe { self.ze.zeModuleDestroy(self.module) };
+    }
+}
+
+/// A kernel object, its parameters and its limits.
+pub struct Kernel {
+    ze: Arc<Ze>,
+    kernel: Handle,
+    /// Its parameters, when the image says them (SPIR-V).
+    params: Option<Vec<Param>>,
+    /// How many parameters the driver says it has.
+    arg_count: u32,
+    /// `reqd_work_group_size`, or zeros.
+    required_group_size: [u32; 3],
+    /// Shared local memory the kernel declares itself.
+    local_mem: u32,
+    /// Held from setting the arguments to appending the launch.
+    launching: Mutex<()>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel({:p})", self.kernel)
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once, after the last launch that used it (the layer holds it).
+        let _ = unsafe { self.ze.zeKernelDestroy(self.kernel) };
+    }
+}
+
+/// See the module docs.
+pub struct ZeDevice {
+    ze: Arc<Ze>,
+    device: Handle,
+    context: Handle,
+    ordinal: u32,
+    info: DeviceInfo,
+    max_shared: u32,
+    own: Mutex<Option<Arc<Stream>>>,
+}
+
+impl std::fmt::Debug for ZeDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ZeDevice({})", self.info.name)
+    }
+}
+
+impl Drop for ZeDevice {
+    fn drop(&mut self) {
+        drop(self.own.get_mut().map(Option::take));
+        // SAFETY: nothing of the context is used any more.
+        let _ = unsafe { self.ze.zeContextDestroy(self.context) };
+    }
+}
+
+// SAFETY: Level Zero handles may be used from any thread (the API is thread-safe except for
+// command lists and kernel arguments, which the plugin guards with the mutexes above).
+unsafe impl Send for ZeDevice {}
+// SAFETY: see above.
+unsafe impl Sync for ZeDevice {}
+// SAFETY: see above.
+unsafe impl Send for Stream {}
+// SAFETY: see above.
+unsafe impl Sync for Stream {}
+// SAFETY: see above.
+unsafe impl Send for Program {}
+// SAFETY: see above.
+unsafe impl Sync for Program {}
+// SAFETY: see above.
+unsafe impl Send for Kernel {}
+// SAFETY: see above.
+unsafe impl Sync for Kernel {}
+
+fn c_text(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).trim().to_string()
+}
+
+/// The compute-unit kind of a device: its graphics IP version (`intel-gpu-12.60.7`:
+/// architecture, release, revision), or its PCI device id when the driver does not say it.
+pub fn compute_unit_kind(ip_version: u32, device_id: u32) -> String {
+    if ip_version == 0 {
+        format!("intel-gpu-{device_id:#06x}")
+    } else {
+        format!(
+            "intel-gpu-{}.{}.{}",
+            ip_version >> 22,
+            (ip_version >> 14) & 0xff,
+            ip_version & 0x3f
+        )
+    }
+}
+
+impl ZeDevice {
+    /// Opens GPU `device` of `driver` (handles the loader gave).
+    pub(crate) fn open(ze: Arc<Ze>, driver: Handle, device: Handle) -> Result<ZeDevice> {
+        let mut ip = ze::IpVersionExt {
+            stype: ze::stype::DEVICE_IP_VERSION_EXT,
+            next: std::ptr::null(),
+            ip_version: 0,
+        };
+        let mut props = ze::DeviceProperties {
+            next: (&mut ip as *mut ze::IpVersionExt).cast(),
+            ..Default::default()
+        };
+        // SAFETY: live out-structures, chained as the API describes.
+        unsafe { ze.zeDeviceGetProperties(device, &mut props)? };
+        let mut compute = ze::ComputeProperties {
+            stype: ze::stype::COMPUTE_PROPERTIES,
+            next: std::ptr::null_mut(),
+            max_total_group_size: 0,
+            max_group_size: [0; 3],
+            max_group_count: [0; 3],
+            max_shared_local_memory: 0,
+            num_sub_group_sizes: 0,
+            sub_group_sizes: [0; 8],
+        };
+        // SAFETY: live out-structure.
+        unsafe { ze.zeDeviceGetComputeProperties(device, &mut compute)? };
+        let mut count = 0u32;
+        // SAFETY: a count query.
+        unsafe { ze.zeDeviceGetMemoryProperties(device, &mut count, std::ptr::null_mut())? };
+        let blank = ze::MemoryProperties {
+            stype: ze::stype::MEMORY_PROPERTIES,
+            next: std::ptr::null_mut(),
+            flags: 0,
+            max_clock_rate: 0,
+            max_bus_width: 0,
+            total_size: 0,
+            name: [0; 256],
+        };
+        let mut memories = vec![blank; count.min(16) as usize];
+        let mut n = memories.len() as u32;
+        // SAFETY: `n` structures.
+        unsafe { ze.zeDeviceGetMemoryProperties(device, &mut n, memories.as_mut_ptr())? };
+        let total_memory = memories[..(n as usize).min(memories.len())]
+            .iter()
+            .map(|m| m.total_size)
+            .sum();
+        let ordinal = compute_ordinal(&ze, device)?;
+        let desc = ze::FlagsDesc {
+            stype: ze::stype::CONTEXT_DESC,
+            next: std::ptr::null(),
+            flags: 0,
+        };
+        let mut context: Handle = std::ptr::null_mut();
+        // SAFETY: live descriptor and out-pointer.
+        unsafe { ze.zeContextCreate(driver, &desc, &mut context)? };
+        let groups = compute.num_sub_group_sizes.min(8) as usize;
+        let info = DeviceInfo {
+            name: c_text(&props.name),
+            compute_unit_kind: compute_unit_kind(ip.ip_version, props.device_id),
+            target_features: String::new(),
+            total_memory,
+            compute_units: props
+                .num_slices
+                .saturating_mul(props.num_subslices_per_slice)
+                .saturating_mul(props.num_eus_per_subslice),
+            limits: DeviceLimits {
+                max_grid: compute.max_group_count,
+                max_block: compute.max_group_size,
+                max_threads_per_block: compute.max_total_group_size,
+                warp_size: compute.sub_group_sizes[..groups]
+                    .iter()
+                    .copied()
+                    .max()
+                    .unwrap_or(1),
+            },
+        };
+        Ok(ZeDevice {
+            ze,
+            device,
+            context,
+            ordinal,
+            info,
+            max_shared: compute.max_shared_local_memory,
+            own: Mutex::new(None),
+        })
+    }
+
+    fn new_stream(&self) -> Result<Stream> {
+        let desc = ze::CommandQueueDesc {
+            stype: ze::stype::COMMAND_QUEUE_DESC,
+            next: std::ptr::null(),
+            ordinal: self.ordinal,
+            index: 0,
+            flags: 0,
+            mode: ze::QUEUE_MODE_ASYNCHRONOUS,
+            priority: 0,
+        };
+        let pool_desc = ze::EventPoolDesc {
+            stype: ze::stype::EVENT_POOL_DESC,
+            next: std::ptr::null(),
+            flags: ze::EVENT_POOL_HOST_VISIBLE,
+            count: 1,
+        };
+        let event_desc = ze::EventDesc {
+            stype: ze::stype::EVENT_DESC,
+            next: std::ptr::null(),
+            index: 0,
+            signal: ze::EVENT_SCOPE_HOST,
+            wait: ze::EVENT_SCOPE_HOST,
+        };
+        let ze = &self.ze;
+        let (mut list, mut pool, mut event): (Handle, Handle, Handle) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        let mut device = self.device;
+        // SAFETY: live descriptors and out-pointers; a context and device of ours. What was
+        // made before a failure is destroyed.
+        let made = unsafe {
+            ze.zeCommandListCreateImmediate(self.context, self.device, &desc, &mut list)
+                .and_then(|()| {
+                    ze.zeEventPoolCreate(self.context, &pool_desc, 1, &mut device, &mut pool)
+                })
+                .and_then(|()| ze.zeEventCreate(pool, &event_desc, &mut event))
+        };
+        let stream = Stream {
+            ze: ze.clone(),
+            list,
+            pool,
+            event,
+            busy: Mutex::new(()),
+        };
+        match made {
+            Ok(()) => Ok(stream),
+            Err(e) => {
+                // SAFETY: only what was made, unused.
+                unsafe {
+                    if !stream.list.is_null() {
+                        let _ = ze.zeCommandListDestroy(stream.list);
+                    }
+                    if !stream.event.is_null() {
+                        let _ = ze.zeEventDestroy(stream.event);
+                    }
+                    if !stream.pool.is_null() {
+                        let _ = ze.zeEventPoolDestroy(stream.pool);
+                    }
+                }
+                std::mem::forget(stream);
+                Err(e)
+            }
+        }
+    }
+
+    /// The kernel's build log after a failed `zeModuleCreate`.
+    fn build_log(&self, log: Handle) -> String {
+        if log.is_null() {
+            return String::new();
+        }
+        let mut size = 0usize;
+        // SAFETY: a size query on a live log, then a buffer of that size; destroyed once.
+        unsafe {
+            let mut text = String::new();
+            if self
+                .ze
+                .zeModuleBuildLogGetString(log, &mut size, std::ptr::null_mut())
+                .is_ok()
+                && size > 0
+                && size < 1 << 20
+            {
+                let mut buf = vec![0u8; size];
+                if self
+                    .ze
+                    .zeModuleBuildLogGetString(log, &mut size, buf.as_mut_ptr().cast())
+                    .is_ok()
+                {
+                    text = c_text(&buf);
+                }
+            }
+            let _ = self.ze.zeModuleBuildLogDestroy(log);
+            text
+        }
+    }
+}
+
+/// The ordinal of the device's first compute queue group.
+fn compute_ordinal(ze: &Ze, device: Handle) -> Result<u32> {
+    let mut count = 0u32;
+    // SAFETY: a count query.
+    unsafe { ze.zeDeviceGetCommandQueueGroupProperties(device, &mut count, std::ptr::null_mut())? };
+    let blank = ze::QueueGroupProperties {
+        stype: ze::stype::QUEUE_GROUP_PROPERTIES,
+        next: std::ptr::null_mut(),
+        flags: 0,
+        max_memory_fill_pattern_size: 0,
+        num_queues: 0,
+    };
+    let mut groups = vec![blank; count.min(64) as usize];
+    let mut n = groups.len() as u32;
+    // SAFETY: `n` structures.
+    unsafe { ze.zeDeviceGetCommandQueueGroupProperties(device, &mut n, groups.as_mut_ptr())? };
+    groups[..(n as usize).min(groups.len())]
+        .iter()
+        .position(|g| g.flags & ze::QUEUE_GROUP_COMPUTE != 0 && g.num_queues > 0)
+        .map(|i| i as u32)
+        .ok_or_else(|| Error::Unsupported("the device has no compute queue group".into()))
+}
+
+impl DeviceBackend for ZeDevice {
+    type Program = Program;
+    type Kernel = Kernel;
+    type Stream = Stream;
+
+    fn info(&self) -> Result<DeviceInfo> {
+        Ok(self.info.clone())
+    }
+
+    fn jit_target(&self) -> Option<(JitTarget, PostProcess)> {
+        Some((
+            JitTarget {
+                triple: TRIPLE.into(),
+                cpu: String::new(),
+                features: String::new(),
+            },
+            PostProcess::for_target(TRIPLE, &self.info.compute_unit_kind, None),
+        ))
+    }
+
+    fn fits(&self, arch: &str) -> Fit {
+        if arch.is_empty() || arch == "generic" || arch == self.info.compute_unit_kind {
+            Fit::Compatible
+        } else {
+            Fit::No(format!(
+                "built for '{arch}', this device is {}",
+                self.info.compute_unit_kind
+            ))
+        }
+    }
+
+    fn check_native(&self, image: &[u8], kind: &ImageKind) -> Result<()> {
+        crate::check_native(image, kind)
+    }
+
+    fn load(&self, image: &[u8], kind: &ImageKind) -> Result<Program> {
+        let (format, spirv) = match kind {
+            ImageKind::SpirV => (ze::MODULE_FORMAT_SPIRV, Some(spirv::parse(image)?)),
+            ImageKind::Elf(_) => {
+                crate::zebin::kernels(image)?;
+                (ze::MODULE_FORMAT_NATIVE, None)
+            }
+            other => {
+                return Err(Error::InvalidImage(format!(
+                    "a {} is not a Level Zero image",
+                    other.describe()
+                )));
+            }
+        };
+        let desc = ze::ModuleDesc {
+            stype: ze::stype::MODULE_DESC,
+            next: std::ptr::null(),
+            format,
+            input_size: image.len(),
+            input: image.as_ptr(),
+            build_flags: std::ptr::null(),
+            constants: std::ptr::null(),
+        };
+        let mut module: Handle = std::ptr::null_mut();
+        let mut log: Handle = std::ptr::null_mut();
+        // SAFETY: a checked image, live for the call (the driver copies what it keeps).
+        let made = unsafe {
+            self.ze
+                .zeModuleCreate(self.context, self.device, &desc, &mut module, &mut log)
+        };
+        let text = self.build_log(log);
+        match made {
+            Ok(()) => Ok(Program {
+                ze: self.ze.clone(),
+                module,
+                spirv,
+            }),
+            Err(e) if text.is_empty() => Err(e),
+            Err(e) => Err(e.context(format!("the driver's build log: {text}"))),
+        }
+    }
+
+    fn kernel(&self, program: &Program, name: &str) -> Result<(Kernel, Option<Vec<ParamType>>)> {
+        let params = match &program.spirv {
+            Some(m) => m.kernel(name)?.params.clone(),
+            None => None,
+        };
+        let c = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("kernel name '{name}' contains NUL")))?;
+        let desc = ze::KernelDesc {
+            stype: ze::stype::KERNEL_DESC,
+            next: std::ptr::null(),
+            flags: 0,
+            name: c.as_ptr(),
+        };
+        let mut kernel: Handle = std::ptr::null_mut();
+        // SAFETY: a module of ours; live descriptor, name and out-pointer.
+        unsafe { self.ze.zeKernelCreate(program.module, &desc, &mut kernel) }.map_err(|e| {
+            Error::NotFound(format!("kernel '{name}' in the module: {}", e.message()))
+        })?;
+        let mut props = ze::KernelProperties {
+            stype: ze::stype::KERNEL_PROPERTIES,
+            next: std::ptr::null_mut(),
+            num_kernel_args: 0,
+            required_group_size: [0; 3],
+            required_num_sub_groups: 0,
+            required_subgroup_size: 0,
+            max_subgroup_size: 0,
+            max_num_subgroups: 0,
+            local_mem_size: 0,
+            private_mem_size: 0,
+            spill_mem_size: 0,
+            uuid: [0; 32],
+        };
+        let mut k = Kernel {
+            ze: self.ze.clone(),
+            kernel,
+            params: params.clone(),
+            arg_count: 0,
+            required_group_size: [0; 3],
+            local_mem: 0,
+            launching: Mutex::new(()),
+        };
+        // SAFETY: a kernel of ours; live out-structure.
+        unsafe { self.ze.zeKernelGetProperties(kernel, &mut props)? };
+        if let Some(p) = &params
+            && p.len() != props.num_kernel_args as usize
+        {
+            return Err(Error::InvalidImage(format!(
+                "kernel '{name}': the SPIR-V module gives it {} parameters, the driver {}",
+                p.len(),
+                props.num_kernel_args
+            )));
+        }
+        k.arg_count = props.num_kernel_args;
+        k.required_group_size = props.required_group_size;
+        k.local_mem = props.local_mem_size;
+        let types = params.map(|p| p.iter().map(Param::param_type).collect());
+        Ok((k, types))
+    }
+
+    fn check_launch(
+        &self,
+        kernel: &Kernel,
+        name: &str,
+        dims: &LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        if args.len() != kernel.arg_count as usize {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' takes {} argument(s); the launch passes {}",
+                kernel.arg_count,
+                args.len()
+            )));
+        }
+        let r = kernel.required_group_size;
+        if r != [0; 3] && dims.block != r {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' was compiled for work-groups of exactly {}x{}x{} \
+                 (reqd_work_group_size); the launch asks for {}x{}x{}",
+                r[0], r[1], r[2], dims.block[0], dims.block[1], dims.block[2]
+            )));
+        }
+        if dims.shared_mem_bytes > 0 {
+            return Err(Error::Unsupported(format!(
+                "kernel '{name}': a Level Zero kernel gets work-group memory from its `__local` \
+                 pointer parameters (the launch passes each one's size in bytes), not as the \
+                 launch's dynamic shared memory ({} bytes asked for)",
+                dims.shared_mem_bytes
+            )));
+        }
+        let mut local = u64::from(kernel.local_mem);
+        if let Some(params) = &kernel.params {
+            for (i, (p, a)) in params.iter().zip(args).enumerate() {
+                if *p == Param::Local {
+                    let size = a.integer().unwrap_or(-1);
+                    if size <= 0 {
+                        return Err(Error::InvalidArgument(format!(
+                            "kernel '{name}' argument {i} is a `__local` pointer: the launch \
+                             passes its size in bytes, a positive number, not {size}"
+                        )));
+                    }
+                    local += size as u64;
+                }
+            }
+        }
+        if local > u64::from(self.max_shared) {
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{name}' needs {local} bytes of work-group local memory ({} of its own \
+                 and its `__local` arguments'); {} has {} per work-group",
+                kernel.local_mem, self.info.name, self.max_shared
+            )));
+        }
+        Ok(())
+    }
+
+    fn global(&self, program: &Program, name: &str) -> Result<GlobalSymbol> {
+        let c = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("global name '{name}' contains NUL")))?;
+        let (mut size, mut ptr) = (0usize, std::ptr::null_mut::<c_void>());
+        // SAFETY: a module of ours; live name and out-pointers.
+        unsafe {
+            self.ze
+                .zeModuleGetGlobalPointer(program.module, c.as_ptr(), &mut size, &mut ptr)
+        }
+        .map_err(|e| Error::NotFound(format!("global '{name}' in the module: {}", e.message())))?;
+        Ok(GlobalSymbol {
+            ptr: DevicePtr(ptr as u64),
+            size: size as u64,
+        })
+    }
+
+    fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
+        let bytes = usize::try_from(size)
+            .map_err(|_| Error::OutOfMemory(format!("{size} bytes cannot be allocated here")))?;
+        let device_desc = ze::DeviceMemAllocDesc {
+            stype: ze::stype::DEVICE_MEM_ALLOC_DESC,
+            next: std::ptr::null(),
+            flags: 0,
+            ordinal: 0,
+        };
+        let host_desc = ze::FlagsDesc {
+            stype: ze::stype::HOST_MEM_ALLOC_DESC,
+            next: std::ptr::null(),
+            flags: 0,
+        };
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: live descriptors and out-pointer; a context and device of ours; alignment 0
+        // is the driver's default.
+        unsafe {
+            match kind {
+                MemoryKind::Device => self.ze.zeMemAllocDevice(
+                    self.context,
+                    &device_desc,
+                    bytes,
+                    0,
+                    self.device,
+                    &mut p,
+                )?,
+                MemoryKind::Host => {
+                    self.ze
+                        .zeMemAllocHost(self.context, &host_desc, bytes, 0, &mut p)?
+                }
+                MemoryKind::Shared => self.ze.zeMemAllocShared(
+                    self.context,
+                    &device_desc,
+                    &host_desc,
+                    bytes,
+                    0,
+                    self.device,
+                    &mut p,
+                )?,
+            }
+        };
+        Ok(DevicePtr(p as u64))
+    }
+
+    fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
+        // SAFETY: an allocation of this context, freed once, after the last operation using
+        // it completed.
+        let _ = unsafe { self.ze.zeMemFree(self.context, ptr.0 as *mut c_void) };
+    }
+
+    fn locks_regions(&self) -> bool {
+        // The queues order the GPU's work; see the trait.
+        false
+    }
+
+    fn strict_pointers(&self) -> bool {
+        // Memory of another runtime in the process is the caller's to pass; see the trait.
+        false
+    }
+
+    fn stream_create(&self) -> Result<Stream> {
+        self.new_stream()
+    }
+
+    fn stream_ordered(&self) -> bool {
+        true
+    }
+
+    fn sync_stream(&self, stream: &Stream) -> Result<()> {
+        stream.drain()
+    }
+
+    fn execute(&self, op: Op<'_, Self>, stream: Option<&Stream>) -> Result<()> {
+        let own;
+        let (stream, wait) = match stream {
+            Some(s) => (s, false),
+            None => {
+                own = {
+                    let mut slot = offload_core::sync::lock(&self.own);
+                    match &*slot {
+                        Some(s) => s.clone(),
+                        None => {
+                            let s = Arc::new(self.new_stream()?);
+                            *slot = Some(s.clone());
+                            s
+                        }
+                    }
+                };
+                (&*own, true)
+            }
+        };
+        self.append(op, stream)?;
+        if wait { stream.drain() } else { Ok(()) }
+    }
+}
+
+impl ZeDevice {
+    /// Appends `op` to `stream`'s list.
+    fn append(&self, op: Op<'_, Self>, stream: &Stream) -> Result<()> {
+        let ze = &self.ze;
+        match op {
+            Op::CopyToDevice { dst, src, len } => stream.append("copy to the device", |list| {
+                // SAFETY: both ranges are valid for `len` bytes until the list has run (the
+                // layer keeps them until the stream is drained).
+                unsafe {
+                    ze.zeCommandListAppendMemoryCopy(
+                        list,
+                        dst.0 as *mut c_void,
+                        src.0.cast_const().cast(),
+                        len,
+                        std::ptr::null_mut(),
+                        0,
+                        std::ptr::null_mut(),
+                    )
+                }
+            }),
+            Op::CopyFromDevice { dst, src, len } => {
+                stream.append("copy from the device", |list| {
+                    // SAFETY: as above.
+                    unsafe {
+                        ze.zeCommandListAppendMemoryCopy(
+                            list,
+                            dst.0.cast(),
+                            src.0 as *const c_void,
+                            len,
+                            std::ptr::null_mut(),
+                            0,
+                            std::ptr::null_mut(),
+                        )
+                    }
+                })
+            }
+            Op::CopyDeviceToDevice { dst, src, len } => {
+                let len = usize::try_from(len).map_err(|_| {
+                    Error::InvalidArgument(format!("{len} bytes cannot be copied here"))
+                })?;
+                stream.append("device copy", |list| {
+                    // SAFETY: as above; the layer hands over disjoint ranges.
+                    unsafe {
+                        ze.zeCommandListAppendMemoryCopy(
+                            list,
+                            dst.0 as *mut c_void,
+                            src.0 as *const c_void,
+                            len,
+                            std::ptr::null_mut(),
+                            0,
+                            std::ptr::null_mut(),
+                        )
+                    }
+                })
+            }
+            Op::Launch {
+                kernel,
+                dims,
+                args,
+                name,
+                ..
+            } => {
+                let _launching = offload_core::sync::lock(&kernel.launching);
+                stream.append(&format!("kernel '{name}'"), |list| {
+                    // SAFETY: a kernel of ours, under its lock; every value lives until the
+                    // append, which captures the arguments.
+                    unsafe {
+                        ze.zeKernelSetGroupSize(
+                            kernel.kernel,
+                            dims.block[0],
+                            dims.block[1],
+                            dims.block[2],
+                        )?;
+                        for (i, a) in args.iter().enumerate() {
+                            let local = kernel
+                                .params
+                                .as_ref()
+                                .is_some_and(|p| p.get(i) == Some(&Param::Local));
+                            if local {
+                                // A `__local` pointer: its size, no value.
+                                let size = a.integer().unwrap_or(0) as usize;
+                                ze.zeKernelSetArgumentValue(
+                                    kernel.kernel,
+                                    i as u32,
+                                    size,
+                                    std::ptr::null(),
+                                )?;
+                            } else {
+                                let (size, bits) = (a.size(), a.to_bits().1);
+                                let bytes = bits.to_le_bytes();
+                                ze.zeKernelSetArgumentValue(
+                                    kernel.kernel,
+                                    i as u32,
+                                    size,
+                                    bytes.as_ptr().cast(),
+                                )?;
+                            }
+                        }
+                        ze.zeCommandListAppendLaunchKernel(
+                            list,
+                            kernel.kernel,
+                            &dims.grid,
+                            std::ptr::null_mut(),
+                            0,
+                            std::ptr::null_mut(),
+                        )
+                    }
+                })
+            }
+        }
+    }
+}

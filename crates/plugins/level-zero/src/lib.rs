@@ -1,0 +1,5 @@
+//! The Intel GPUs backend as a plugin library: the ABI entry symbol over
+//! [`offload_level_zero::LevelZeroBackend`]. Only this package defines the entry, so the
+//! backend's rlib can be linked into tests and programs next to other backends.
+
+offload_plugin_common::export_backend!(offload_level_zero::LevelZeroBackend::default);
