@@ -27,6 +27,7 @@
 #include <level_zero/ze_ddi.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -211,6 +212,7 @@ struct allocation {
   uintptr_t base;
   size_t size;
   int kind; /* 1 device, 2 host, 3 shared */
+  ze_context_handle_t context;
 };
 static struct allocation allocations[4096];
 static size_t device_bytes;
@@ -249,7 +251,7 @@ static ze_result_t allocate(ze_context_handle_t c, size_t size, int kind, void *
     free(p);
     return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
   }
-  allocations[slot] = (struct allocation){(uintptr_t)p, size, kind};
+  allocations[slot] = (struct allocation){(uintptr_t)p, size, kind, c};
   if (kind == 1)
     device_bytes += size;
   pthread_mutex_unlock(&lock);
@@ -309,6 +311,8 @@ struct module {
   char names[MAX_KERNELS][64];
   int nargs[MAX_KERNELS];
   unsigned local_mask[MAX_KERNELS]; /* bit i: parameter i is a __local pointer */
+  /* Each parameter's size as its SPIR-V type says (0: not known, a native binary's). */
+  unsigned char arg_size[MAX_KERNELS][MAX_ARGS];
   /* Exported globals (LinkageAttributes ... Export) with byte-array initialisers, in device
    * memory of the module's context. */
   int nglobals;
@@ -328,15 +332,27 @@ static uint32_t word_at(const unsigned char *b, size_t i) {
   return w;
 }
 
-/* The kernels and exported globals of a SPIR-V module (the plugin has checked its structure).
- * Called with `lock` not held. */
+static pthread_mutex_t spirv_lock = PTHREAD_MUTEX_INITIALIZER;
+static int read_spirv_locked(const unsigned char *b, size_t len, struct module *m);
+
+/* The kernels and exported globals of a SPIR-V module (the plugin has checked its structure);
+ * modules may be created from several threads at once. */
 static int read_spirv(const unsigned char *b, size_t len, struct module *m) {
+  pthread_mutex_lock(&spirv_lock);
+  int ok = read_spirv_locked(b, len, m);
+  pthread_mutex_unlock(&spirv_lock);
+  return ok;
+}
+
+static int read_spirv_locked(const unsigned char *b, size_t len, struct module *m) {
   size_t words = len / 4;
   static uint32_t fn_type[1 << 16], ptr_storage[1 << 16], entry_fn[MAX_KERNELS];
+  static uint32_t type_width[1 << 16]; /* an OpTypeInt's or OpTypeFloat's width */
   static uint32_t fn_params[1 << 16][MAX_ARGS + 1];
   static uint32_t constant[1 << 16], composite_at[1 << 16], var_init[1 << 16];
   uint32_t export_var[MAX_GLOBALS];
   memset(fn_type, 0, sizeof fn_type);
+  memset(type_width, 0, sizeof type_width);
   memset(ptr_storage, 0xff, sizeof ptr_storage);
   memset(fn_params, 0, sizeof fn_params);
   memset(composite_at, 0, sizeof composite_at);
@@ -346,6 +362,8 @@ static int read_spirv(const unsigned char *b, size_t len, struct module *m) {
     if (count == 0 || at + count > words)
       return 0;
     uint32_t id2 = count >= 3 ? word_at(b, at + 2) : 0;
+    if ((op == 21 || op == 22) && count >= 3 && word_at(b, at + 1) < (1u << 16))
+      type_width[word_at(b, at + 1)] = word_at(b, at + 2);
     if (op == 43 && count >= 4 && id2 < (1u << 16)) {
       constant[id2] = word_at(b, at + 3);
     } else if (op == 44 && id2 < (1u << 16)) {
@@ -411,6 +429,8 @@ static int read_spirv(const unsigned char *b, size_t len, struct module *m) {
       uint32_t p = fn_params[t][i + 1];
       if (p < (1u << 16) && ptr_storage[p] == 4)
         m->local_mask[k] |= 1u << i;
+      if (p < (1u << 16))
+        m->arg_size[k][i] = ptr_storage[p] != 0xffffffffu ? 8 : (unsigned char)(type_width[p] / 8);
     }
   }
   return 1;
@@ -566,7 +586,9 @@ static ze_result_t ZE_APICALL f_kernel_arg(ze_kernel_handle_t kh, uint32_t i, si
     return ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX;
   }
   int local = (k->m->local_mask[k->k] >> i) & 1;
-  if (local ? (value != 0 || size == 0) : (value == 0 || (size != 4 && size != 8))) {
+  size_t declared = k->m->arg_size[k->k][i];
+  if (local ? (value != 0 || size == 0)
+            : (value == 0 || (size != 4 && size != 8) || (declared && size != declared))) {
     say("arg-refused %s %u size=%zu value=%s\n", k->m->names[k->k], i, size, value ? "set" : "null");
     return ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE;
   }
@@ -588,7 +610,9 @@ static ze_result_t ZE_APICALL f_kernel_properties(ze_kernel_handle_t kh, ze_kern
   p->requiredGroupSizeY = fixed ? 1 : 0;
   p->requiredGroupSizeZ = fixed ? 1 : 0;
   p->localMemSize = 0;
-  p->maxSubgroupSize = 32;
+  /* 64 sub-groups of 16: 1024 work items; `heavy` (many registers) 16 of 16. */
+  p->maxSubgroupSize = 16;
+  p->maxNumSubgroups = !strcmp(k->m->names[k->k], "heavy") ? 16 : 64;
   return ZE_RESULT_SUCCESS;
 }
 
@@ -596,10 +620,12 @@ static ze_result_t ZE_APICALL f_kernel_properties(ze_kernel_handle_t kh, ze_kern
 
 struct event_pool {
   uint32_t count;
+  uint32_t flags;
 };
 struct event {
   int signalled;
   struct device *device;
+  int host_waitable; /* a HOST_VISIBLE pool and a HOST signal scope */
 };
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 
@@ -610,6 +636,7 @@ static ze_result_t ZE_APICALL f_pool_create(ze_context_handle_t c, const ze_even
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   struct event_pool *p = calloc(1, sizeof *p);
   p->count = desc->count;
+  p->flags = desc->flags;
   *out = (ze_event_pool_handle_t)p;
   return ZE_RESULT_SUCCESS;
 }
@@ -623,7 +650,9 @@ static ze_result_t ZE_APICALL f_event_create(ze_event_pool_handle_t ph, const ze
   struct event_pool *p = (struct event_pool *)ph;
   if (!p || !desc || desc->stype != ZE_STRUCTURE_TYPE_EVENT_DESC || desc->index >= p->count)
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
-  *out = (ze_event_handle_t)calloc(1, sizeof(struct event));
+  struct event *e = calloc(1, sizeof *e);
+  e->host_waitable = (p->flags & ZE_EVENT_POOL_FLAG_HOST_VISIBLE) && (desc->signal & ZE_EVENT_SCOPE_FLAG_HOST);
+  *out = (ze_event_handle_t)e;
   return ZE_RESULT_SUCCESS;
 }
 
@@ -634,6 +663,11 @@ static ze_result_t ZE_APICALL f_event_destroy(ze_event_handle_t e) {
 
 static ze_result_t ZE_APICALL f_event_sync(ze_event_handle_t eh, uint64_t timeout) {
   struct event *e = (struct event *)eh;
+  if (!e->host_waitable) {
+    /* What the host may wait for is undefined for such an event on a real driver. */
+    say("event-not-host-visible\n");
+    return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  }
   struct timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
   pthread_mutex_lock(&lock);
@@ -684,6 +718,8 @@ struct op {
 
 struct list {
   struct device *device;
+  ze_context_handle_t context;
+  _Atomic int appending; /* a thread is inside an append (immediate lists are not thread-safe) */
   pthread_t thread;
   pthread_cond_t work;
   struct op *head, *tail;
@@ -794,6 +830,27 @@ static void *list_worker(void *arg) {
   return 0;
 }
 
+/* Enters an append on `l`: a second thread inside one at the same time is said
+ * ("concurrent-append"); the short sleep widens the window a missing lock leaves. */
+static void enter_append(struct list *l) {
+  if (atomic_exchange(&l->appending, 1))
+    say("concurrent-append\n");
+  struct timespec t = {0, 20000};
+  nanosleep(&t, 0);
+}
+
+static void leave_append(struct list *l) { atomic_store(&l->appending, 0); }
+
+/* Memory allocated in another context than the list's may not be used on it. */
+static void check_context(struct list *l, uintptr_t p, size_t n, const char *what) {
+  pthread_mutex_lock(&lock);
+  struct allocation *a = inside(p, n ? n : 1);
+  int other = a && a->context != l->context;
+  pthread_mutex_unlock(&lock);
+  if (other)
+    say("wrong-context %s 0x%lx\n", what, (unsigned long)p);
+}
+
 static void enqueue(struct list *l, struct op *o) {
   pthread_mutex_lock(&lock);
   if (l->tail)
@@ -815,6 +872,7 @@ static ze_result_t ZE_APICALL f_list_immediate(ze_context_handle_t c, ze_device_
   }
   struct list *l = calloc(1, sizeof *l);
   l->device = (struct device *)d;
+  l->context = c;
   pthread_cond_init(&l->work, 0);
   pthread_create(&l->thread, 0, list_worker, l);
   *out = (ze_command_list_handle_t)l;
@@ -836,6 +894,11 @@ static ze_result_t ZE_APICALL f_list_destroy(ze_command_list_handle_t lh) {
 
 static ze_result_t ZE_APICALL f_append_copy(ze_command_list_handle_t lh, void *dst, const void *src, size_t n, ze_event_handle_t sig, uint32_t nw, ze_event_handle_t *waits) {
   (void)sig, (void)nw, (void)waits;
+  struct list *l = (struct list *)lh;
+  enter_append(l);
+  check_context(l, (uintptr_t)dst, n, "copy");
+  check_context(l, (uintptr_t)src, n, "copy");
+  leave_append(l);
   pthread_mutex_lock(&lock);
   int known = inside((uintptr_t)dst, n) || inside((uintptr_t)src, n);
   pthread_mutex_unlock(&lock);
@@ -856,7 +919,16 @@ static ze_result_t ZE_APICALL f_append_copy(ze_command_list_handle_t lh, void *d
 static ze_result_t ZE_APICALL f_append_launch(ze_command_list_handle_t lh, ze_kernel_handle_t kh, const ze_group_count_t *g, ze_event_handle_t sig, uint32_t nw, ze_event_handle_t *waits) {
   (void)sig, (void)nw, (void)waits;
   struct kernel *k = (struct kernel *)kh;
+  struct list *l = (struct list *)lh;
   const char *name = k->m->names[k->k];
+  enter_append(l);
+  for (int i = 0; i < k->m->nargs[k->k]; ++i)
+    if (k->set[i] && k->size[i] == 8 && !((k->m->local_mask[k->k] >> i) & 1)) {
+      uintptr_t p;
+      memcpy(&p, k->value[i], 8);
+      check_context(l, p, 1, "launch");
+    }
+  leave_append(l);
   for (int i = 0; i < k->m->nargs[k->k]; ++i)
     if (!k->set[i]) {
       say("launch-refused %s argument %d not set\n", name, i);
@@ -884,6 +956,8 @@ static ze_result_t ZE_APICALL f_append_launch(ze_command_list_handle_t lh, ze_ke
 
 static ze_result_t ZE_APICALL f_append_signal(ze_command_list_handle_t lh, ze_event_handle_t eh) {
   struct list *l = (struct list *)lh;
+  enter_append(l);
+  leave_append(l);
   struct op *o = calloc(1, sizeof *o);
   o->type = 2;
   o->event = (struct event *)eh;

@@ -49,7 +49,9 @@ fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
 
 /// The driver contracts the fake checks: no call on a context that is not one, no copy outside
 /// an allocation, no free of something not allocated, no work that runs after its memory was
-/// freed, no wait that never ends; every allocation freed.
+/// freed, no wait that never ends, no two threads appending to one immediate list at once, no
+/// memory of another context, no host wait on an event the host cannot wait for; every
+/// allocation freed.
 fn assert_contracts_kept(lines: &[String], what: &str) {
     for bad in [
         "bad-context",
@@ -58,6 +60,9 @@ fn assert_contracts_kept(lines: &[String], what: &str) {
         "use-after-free",
         "hang",
         "bad-stype",
+        "concurrent-append",
+        "wrong-context",
+        "event-not-host-visible",
     ] {
         let hits: Vec<&String> = lines.iter().filter(|l| l.starts_with(bad)).collect();
         assert!(hits.is_empty(), "{what}: {hits:?}");
@@ -583,4 +588,110 @@ fn a_container_gives_the_gpu_its_spirv_entry() {
     drop((x, add, program));
     drop(rt);
     assert_contracts_kept(&log_lines(&log), "container");
+}
+
+#[test]
+fn kernel_limits_structs_by_value_and_unreadable_entry_points_are_refused_with_the_reason() {
+    let log = log_file("kernel-limits");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("level-zero", 0).unwrap();
+    // The driver says `heavy` runs at most 16 sub-groups of 16 work items.
+    let text = std::fs::read_to_string(repo_root().join("tests/spirv/saxpy.spvasm"))
+        .unwrap()
+        .replace("\"saxpy\"", "\"heavy\"");
+    let program = device.load(&spirv_from_text("heavy", &text, true)).unwrap();
+    let k = program.kernel("heavy").unwrap();
+    let y = device.alloc::<f32>(512).unwrap();
+    let args = [
+        KernelArg::I32(512),
+        KernelArg::F32(1.0),
+        KernelArg::Ptr(y.ptr()),
+        KernelArg::Ptr(y.ptr()),
+    ];
+    // SAFETY: refused before anything runs.
+    let e = unsafe { program.launch(&k, &LaunchDims::linear(1, 512), &args) }
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("runs at most 256 threads per block"), "{e}");
+    assert!(e.contains("maxNumSubgroups x maxSubgroupSize"), "{e}");
+    // SAFETY: y holds the 512 floats the kernel touches.
+    unsafe { program.launch(&k, &LaunchDims::linear(2, 256), &args) }.unwrap();
+    // A struct passed by value (a Function-storage pointer parameter, as llvm-spirv writes
+    // one): not a pointer the launch may pass.
+    let by_value = "OpCapability Addresses\nOpCapability Kernel\nOpCapability Int64\n\
+        OpMemoryModel Physical64 OpenCL\nOpEntryPoint Kernel %k \"takes_struct\"\n\
+        OpDecorate %s FuncParamAttr ByVal\n\
+        %uint = OpTypeInt 32 0\n%void = OpTypeVoid\n%S = OpTypeStruct %uint %uint %uint\n\
+        %ptr_s = OpTypePointer Function %S\n%fnty = OpTypeFunction %void %ptr_s\n\
+        %k = OpFunction %void None %fnty\n%s = OpFunctionParameter %ptr_s\n\
+        %entry = OpLabel\nOpReturn\nOpFunctionEnd\n";
+    let program2 = device
+        .load(&spirv_from_text("by-value", by_value, true))
+        .unwrap();
+    let k2 = program2.kernel("takes_struct").unwrap();
+    // SAFETY: refused before anything runs.
+    let e = unsafe { program2.launch(&k2, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(y.ptr())]) }
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a struct passed by value"), "{e}");
+    // An entry point whose id is no function: its parameters cannot be read, so no launch
+    // could be checked: refused at the lookup.
+    let mut words: Vec<u32> = spirv("saxpy")
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    let at = (5..words.len())
+        .find(|&i| words[i] & 0xffff == 15)
+        .expect("an OpEntryPoint");
+    // The function id becomes the id of the first type declared (OpTypeInt's result).
+    let int_at = (5..words.len()).find(|&i| words[i] & 0xffff == 21).unwrap();
+    words[at + 2] = words[int_at + 1];
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let program3 = device.load(&bytes).unwrap();
+    let e = program3.kernel("saxpy").unwrap_err().to_string();
+    assert!(e.contains("names no function"), "{e}");
+    drop((y, k, k2, program, program2, program3));
+    drop(rt);
+    assert_contracts_kept(&log_lines(&log), "kernel limits");
+}
+
+#[test]
+fn the_gpus_of_one_driver_share_its_context() {
+    // Memory of one device used by a kernel on the other: both are the driver's, in one
+    // context, as Level Zero requires (the fake says "wrong-context" otherwise).
+    let log = log_file("two-devices");
+    let rt = in_process(&log, &[("FAKE_ZE_DEVICES", "2")]);
+    let (d0, d1) = (
+        rt.device("level-zero", 0).unwrap(),
+        rt.device("level-zero", 1).unwrap(),
+    );
+    let x = d0.upload(&[1u32; 64]).unwrap();
+    let program = d1.load(&spirv("add_k")).unwrap();
+    let add = program.kernel("add_k").unwrap();
+    // SAFETY: add_k touches x[0..64); device 0's memory is reachable in the shared context.
+    unsafe {
+        program.launch(
+            &add,
+            &LaunchDims::linear(1, 64),
+            &[
+                KernelArg::I32(64),
+                KernelArg::U32(6),
+                KernelArg::Ptr(x.ptr()),
+            ],
+        )
+    }
+    .unwrap();
+    assert_eq!(x.to_vec().unwrap(), vec![7u32; 64]);
+    drop((x, add, program, d0, d1));
+    drop(rt);
+    let lines = log_lines(&log);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("context-create"))
+            .count(),
+        1,
+        "{lines:#?}"
+    );
+    assert_contracts_kept(&lines, "two devices");
 }

@@ -35,7 +35,8 @@ pub fn candidates(variable: &str, names: &[String]) -> Result<Vec<String>> {
 /// An opened driver library. Never closed (unloading a driver with threads and thread-local
 /// destructors of its own crashes).
 pub struct DriverLibrary {
-    lib: libloading::Library,
+    /// Never dropped: dropping would `dlclose` it (and a loader would unload its drivers).
+    lib: std::mem::ManuallyDrop<libloading::Library>,
     path: String,
     /// What it is, for messages (`the CUDA driver`).
     what: &'static str,
@@ -55,7 +56,7 @@ impl DriverLibrary {
         // means; it is never closed.
         let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
         Ok(DriverLibrary {
-            lib,
+            lib: std::mem::ManuallyDrop::new(lib),
             path: path.to_string(),
             what,
         })

@@ -522,12 +522,15 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         self.backend.enter()?;
         let entry = self.programs.get(program.0)?;
         let (kernel, params) = self.backend.kernel(&entry.program, name)?;
-        let params = entry
-            .jit
-            .as_ref()
-            .and_then(|image| image.signatures.iter().find(|s| s.name == name))
-            .map(|s| s.params.clone())
-            .or(params);
+        // What the backend reads of the loaded image first (it knows its device's parameter
+        // kinds: Level Zero's `__local` pointers take a size), else the JIT's LLVM signature.
+        let params = params.or_else(|| {
+            entry
+                .jit
+                .as_ref()
+                .and_then(|image| image.signatures.iter().find(|s| s.name == name))
+                .map(|s| s.params.clone())
+        });
         self.kernels
             .insert(Arc::new(KernelEntry {
                 program: entry,

@@ -1,7 +1,8 @@
 //! One Level Zero GPU: the hooks the generic device layer calls.
 //!
-//! Each device has a context of its own (on its driver); memory is `zeMemAlloc{Device,Host,
-//! Shared}` in it. A queue of the layer owns an immediate command list (on the device's first
+//! The devices of a driver share one context ([`Context`]: memory, modules and command lists
+//! of different devices may meet only in one context); memory is `zeMemAlloc{Device,Host,
+//! Shared}` in it, and it goes after the last module, list and device made in it. A queue of the layer owns an immediate command list (on the device's first
 //! compute queue group, asynchronous) and an event: its copies and launches are only appended,
 //! so the GPU runs them back to back (`stream_ordered`); draining the queue appends a signal of
 //! the event and waits for it on the host, which is when the layer releases what the operations
@@ -27,9 +28,45 @@ use std::sync::{Arc, Mutex};
 /// The triple bitcode for these devices is compiled for.
 pub const TRIPLE: &str = "spirv64-unknown-unknown";
 
+/// A driver's context, shared by its devices and by what is made in it; destroyed after the
+/// last of them.
+pub struct Context {
+    ze: Arc<Ze>,
+    handle: Handle,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Context({:p})", self.handle)
+    }
+}
+
+impl Context {
+    /// A new context on `driver` (a handle the loader gave).
+    pub(crate) fn create(ze: Arc<Ze>, driver: Handle) -> Result<Context> {
+        let desc = ze::FlagsDesc {
+            stype: ze::stype::CONTEXT_DESC,
+            next: std::ptr::null(),
+            flags: 0,
+        };
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: live descriptor and out-pointer.
+        unsafe { ze.zeContextCreate(driver, &desc, &mut handle)? };
+        Ok(Context { ze, handle })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: nothing made in the context is left (each holds the context).
+        let _ = unsafe { self.ze.zeContextDestroy(self.handle) };
+    }
+}
+
 /// An immediate command list, and the event its drains signal.
 pub struct Stream {
     ze: Arc<Ze>,
+    _context: Arc<Context>,
     list: Handle,
     pool: Handle,
     event: Handle,
@@ -61,44 +98,61 @@ impl Stream {
         append(self.list).map_err(|e| e.context(what.to_string()))
     }
 
-    /// Waits until everything appended so far has run: a signal of the event appended, waited
-    /// for on the host, the event reset.
+    /// Waits until everything appended so far has run: the event reset, a signal of it
+    /// appended, waited for on the host (reset first, so that a signal left by a drain that
+    /// failed half way cannot pass for this one).
     fn drain(&self) -> Result<()> {
         let _busy = offload_core::sync::lock(&self.busy);
         // SAFETY: the list's lock is held; the event is this stream's alone.
         unsafe {
+            self.ze.zeEventHostReset(self.event)?;
             self.ze
                 .zeCommandListAppendSignalEvent(self.list, self.event)?;
-            self.ze.zeEventHostSynchronize(self.event, ze::FOREVER)?;
-            self.ze.zeEventHostReset(self.event)
+            self.ze.zeEventHostSynchronize(self.event, ze::FOREVER)
         }
+    }
+}
+
+/// A module of the driver, destroyed after its last kernel (each holds it) and before its
+/// context.
+pub struct Module {
+    ze: Arc<Ze>,
+    _context: Arc<Context>,
+    handle: Handle,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Module({:p})", self.handle)
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once, after the last kernel of it and the last launch that used it
+        // (the layer holds the program, the kernels hold the module).
+        let _ = unsafe { self.ze.zeModuleDestroy(self.handle) };
     }
 }
 
 /// A loaded module, with what the plugin read of its image.
 pub struct Program {
-    ze: Arc<Ze>,
-    module: Handle,
+    module: Arc<Module>,
     /// The SPIR-V module's kernels and parameters (for native binaries: none).
     spirv: Option<spirv::Module>,
 }
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Program({:p})", self.module)
-    }
-}
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: destroyed once, after the last launch that used it (the layer holds it).
-        let _ = unsafe { self.ze.zeModuleDestroy(self.module) };
+        write!(f, "Program({:p})", self.module.handle)
     }
 }
 
 /// A kernel object, its parameters and its limits.
 pub struct Kernel {
     ze: Arc<Ze>,
+    /// Kept until the kernel object is destroyed.
+    _module: Arc<Module>,
     kernel: Handle,
     /// Its parameters, when the image says them (SPIR-V).
     params: Option<Vec<Param>>,
@@ -108,6 +162,9 @@ pub struct Kernel {
     required_group_size: [u32; 3],
     /// Shared local memory the kernel declares itself.
     local_mem: u32,
+    /// The most work items a group of this kernel may have (its sub-groups), if the driver
+    /// says.
+    max_threads: Option<u32>,
     /// Held from setting the arguments to appending the launch.
     launching: Mutex<()>,
 }
@@ -129,8 +186,11 @@ impl Drop for Kernel {
 pub struct ZeDevice {
     ze: Arc<Ze>,
     device: Handle,
-    context: Handle,
+    context: Arc<Context>,
     ordinal: u32,
+    /// Queues of the compute group, and the next one a stream is made on (round robin).
+    queues: u32,
+    next_queue: std::sync::atomic::AtomicU32,
     info: DeviceInfo,
     max_shared: u32,
     own: Mutex<Option<Arc<Stream>>>,
@@ -144,9 +204,8 @@ impl std::fmt::Debug for ZeDevice {
 
 impl Drop for ZeDevice {
     fn drop(&mut self) {
+        // The device's own list goes before the context it holds.
         drop(self.own.get_mut().map(Option::take));
-        // SAFETY: nothing of the context is used any more.
-        let _ = unsafe { self.ze.zeContextDestroy(self.context) };
     }
 }
 
@@ -160,9 +219,13 @@ unsafe impl Send for Stream {}
 // SAFETY: see above.
 unsafe impl Sync for Stream {}
 // SAFETY: see above.
-unsafe impl Send for Program {}
+unsafe impl Send for Context {}
 // SAFETY: see above.
-unsafe impl Sync for Program {}
+unsafe impl Sync for Context {}
+// SAFETY: see above.
+unsafe impl Send for Module {}
+// SAFETY: see above.
+unsafe impl Sync for Module {}
 // SAFETY: see above.
 unsafe impl Send for Kernel {}
 // SAFETY: see above.
@@ -189,8 +252,8 @@ pub fn compute_unit_kind(ip_version: u32, device_id: u32) -> String {
 }
 
 impl ZeDevice {
-    /// Opens GPU `device` of `driver` (handles the loader gave).
-    pub(crate) fn open(ze: Arc<Ze>, driver: Handle, device: Handle) -> Result<ZeDevice> {
+    /// Opens GPU `device` (a handle the loader gave) of the driver whose context is `context`.
+    pub(crate) fn open(ze: Arc<Ze>, context: Arc<Context>, device: Handle) -> Result<ZeDevice> {
         let mut ip = ze::IpVersionExt {
             stype: ze::stype::DEVICE_IP_VERSION_EXT,
             next: std::ptr::null(),
@@ -234,15 +297,7 @@ impl ZeDevice {
             .iter()
             .map(|m| m.total_size)
             .sum();
-        let ordinal = compute_ordinal(&ze, device)?;
-        let desc = ze::FlagsDesc {
-            stype: ze::stype::CONTEXT_DESC,
-            next: std::ptr::null(),
-            flags: 0,
-        };
-        let mut context: Handle = std::ptr::null_mut();
-        // SAFETY: live descriptor and out-pointer.
-        unsafe { ze.zeContextCreate(driver, &desc, &mut context)? };
+        let (ordinal, queues) = compute_group(&ze, device)?;
         let groups = compute.num_sub_group_sizes.min(8) as usize;
         let info = DeviceInfo {
             name: c_text(&props.name),
@@ -269,6 +324,8 @@ impl ZeDevice {
             device,
             context,
             ordinal,
+            queues,
+            next_queue: std::sync::atomic::AtomicU32::new(0),
             info,
             max_shared: compute.max_shared_local_memory,
             own: Mutex::new(None),
@@ -280,7 +337,11 @@ impl ZeDevice {
             stype: ze::stype::COMMAND_QUEUE_DESC,
             next: std::ptr::null(),
             ordinal: self.ordinal,
-            index: 0,
+            // Streams spread over the group's queues (engines), so that queues run together.
+            index: self
+                .next_queue
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                % self.queues.max(1),
             flags: 0,
             mode: ze::QUEUE_MODE_ASYNCHRONOUS,
             priority: 0,
@@ -305,17 +366,17 @@ impl ZeDevice {
             std::ptr::null_mut(),
         );
         let mut device = self.device;
+        let context = self.context.handle;
         // SAFETY: live descriptors and out-pointers; a context and device of ours. What was
         // made before a failure is destroyed.
         let made = unsafe {
-            ze.zeCommandListCreateImmediate(self.context, self.device, &desc, &mut list)
-                .and_then(|()| {
-                    ze.zeEventPoolCreate(self.context, &pool_desc, 1, &mut device, &mut pool)
-                })
+            ze.zeCommandListCreateImmediate(context, self.device, &desc, &mut list)
+                .and_then(|()| ze.zeEventPoolCreate(context, &pool_desc, 1, &mut device, &mut pool))
                 .and_then(|()| ze.zeEventCreate(pool, &event_desc, &mut event))
         };
         let stream = Stream {
             ze: ze.clone(),
+            _context: self.context.clone(),
             list,
             pool,
             event,
@@ -373,8 +434,8 @@ impl ZeDevice {
     }
 }
 
-/// The ordinal of the device's first compute queue group.
-fn compute_ordinal(ze: &Ze, device: Handle) -> Result<u32> {
+/// The ordinal of the device's first compute queue group, and its number of queues.
+fn compute_group(ze: &Ze, device: Handle) -> Result<(u32, u32)> {
     let mut count = 0u32;
     // SAFETY: a count query.
     unsafe { ze.zeDeviceGetCommandQueueGroupProperties(device, &mut count, std::ptr::null_mut())? };
@@ -392,7 +453,7 @@ fn compute_ordinal(ze: &Ze, device: Handle) -> Result<u32> {
     groups[..(n as usize).min(groups.len())]
         .iter()
         .position(|g| g.flags & ze::QUEUE_GROUP_COMPUTE != 0 && g.num_queues > 0)
-        .map(|i| i as u32)
+        .map(|i| (i as u32, groups[i].num_queues))
         .ok_or_else(|| Error::Unsupported("the device has no compute queue group".into()))
 }
 
@@ -458,14 +519,22 @@ impl DeviceBackend for ZeDevice {
         let mut log: Handle = std::ptr::null_mut();
         // SAFETY: a checked image, live for the call (the driver copies what it keeps).
         let made = unsafe {
-            self.ze
-                .zeModuleCreate(self.context, self.device, &desc, &mut module, &mut log)
+            self.ze.zeModuleCreate(
+                self.context.handle,
+                self.device,
+                &desc,
+                &mut module,
+                &mut log,
+            )
         };
         let text = self.build_log(log);
         match made {
             Ok(()) => Ok(Program {
-                ze: self.ze.clone(),
-                module,
+                module: Arc::new(Module {
+                    ze: self.ze.clone(),
+                    _context: self.context.clone(),
+                    handle: module,
+                }),
                 spirv,
             }),
             Err(e) if text.is_empty() => Err(e),
@@ -475,7 +544,12 @@ impl DeviceBackend for ZeDevice {
 
     fn kernel(&self, program: &Program, name: &str) -> Result<(Kernel, Option<Vec<ParamType>>)> {
         let params = match &program.spirv {
-            Some(m) => m.kernel(name)?.params.clone(),
+            Some(m) => Some(m.kernel(name)?.params.clone().ok_or_else(|| {
+                Error::InvalidImage(format!(
+                    "kernel '{name}': the SPIR-V module's entry point names no function whose \
+                     type (OpTypeFunction) gives its parameters"
+                ))
+            })?),
             None => None,
         };
         let c = CString::new(name)
@@ -488,9 +562,11 @@ impl DeviceBackend for ZeDevice {
         };
         let mut kernel: Handle = std::ptr::null_mut();
         // SAFETY: a module of ours; live descriptor, name and out-pointer.
-        unsafe { self.ze.zeKernelCreate(program.module, &desc, &mut kernel) }.map_err(|e| {
-            Error::NotFound(format!("kernel '{name}' in the module: {}", e.message()))
-        })?;
+        unsafe {
+            self.ze
+                .zeKernelCreate(program.module.handle, &desc, &mut kernel)
+        }
+        .map_err(|e| Error::NotFound(format!("kernel '{name}' in the module: {}", e.message())))?;
         let mut props = ze::KernelProperties {
             stype: ze::stype::KERNEL_PROPERTIES,
             next: std::ptr::null_mut(),
@@ -507,11 +583,13 @@ impl DeviceBackend for ZeDevice {
         };
         let mut k = Kernel {
             ze: self.ze.clone(),
+            _module: program.module.clone(),
             kernel,
             params: params.clone(),
             arg_count: 0,
             required_group_size: [0; 3],
             local_mem: 0,
+            max_threads: None,
             launching: Mutex::new(()),
         };
         // SAFETY: a kernel of ours; live out-structure.
@@ -528,6 +606,12 @@ impl DeviceBackend for ZeDevice {
         k.arg_count = props.num_kernel_args;
         k.required_group_size = props.required_group_size;
         k.local_mem = props.local_mem_size;
+        k.max_threads = Some(
+            props
+                .max_num_subgroups
+                .saturating_mul(props.max_subgroup_size),
+        )
+        .filter(|n| *n > 0);
         let types = params.map(|p| p.iter().map(Param::param_type).collect());
         Ok((k, types))
     }
@@ -545,6 +629,14 @@ impl DeviceBackend for ZeDevice {
                 kernel.arg_count,
                 args.len()
             )));
+        }
+        if let Some(limit) = kernel.max_threads {
+            offload_plugin_common::args::check_block(
+                name,
+                dims.block,
+                limit,
+                "its sub-groups: zeKernelGetProperties' maxNumSubgroups x maxSubgroupSize",
+            )?;
         }
         let r = kernel.required_group_size;
         if r != [0; 3] && dims.block != r {
@@ -594,7 +686,7 @@ impl DeviceBackend for ZeDevice {
         // SAFETY: a module of ours; live name and out-pointers.
         unsafe {
             self.ze
-                .zeModuleGetGlobalPointer(program.module, c.as_ptr(), &mut size, &mut ptr)
+                .zeModuleGetGlobalPointer(program.module.handle, c.as_ptr(), &mut size, &mut ptr)
         }
         .map_err(|e| Error::NotFound(format!("global '{name}' in the module: {}", e.message())))?;
         Ok(GlobalSymbol {
@@ -623,7 +715,7 @@ impl DeviceBackend for ZeDevice {
         unsafe {
             match kind {
                 MemoryKind::Device => self.ze.zeMemAllocDevice(
-                    self.context,
+                    self.context.handle,
                     &device_desc,
                     bytes,
                     0,
@@ -632,10 +724,10 @@ impl DeviceBackend for ZeDevice {
                 )?,
                 MemoryKind::Host => {
                     self.ze
-                        .zeMemAllocHost(self.context, &host_desc, bytes, 0, &mut p)?
+                        .zeMemAllocHost(self.context.handle, &host_desc, bytes, 0, &mut p)?
                 }
                 MemoryKind::Shared => self.ze.zeMemAllocShared(
-                    self.context,
+                    self.context.handle,
                     &device_desc,
                     &host_desc,
                     bytes,
@@ -651,7 +743,7 @@ impl DeviceBackend for ZeDevice {
     fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
         // SAFETY: an allocation of this context, freed once, after the last operation using
         // it completed.
-        let _ = unsafe { self.ze.zeMemFree(self.context, ptr.0 as *mut c_void) };
+        let _ = unsafe { self.ze.zeMemFree(self.context.handle, ptr.0 as *mut c_void) };
     }
 
     fn locks_regions(&self) -> bool {
@@ -762,8 +854,10 @@ impl ZeDevice {
                 name,
                 ..
             } => {
-                let _launching = offload_core::sync::lock(&kernel.launching);
                 stream.append(&format!("kernel '{name}'"), |list| {
+                    // The kernel's lock inside the list's: a launch waiting for a busy list
+                    // keeps no other list from launching the kernel.
+                    let _launching = offload_core::sync::lock(&kernel.launching);
                     // SAFETY: a kernel of ours, under its lock; every value lives until the
                     // append, which captures the arguments.
                     unsafe {

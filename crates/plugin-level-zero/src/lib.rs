@@ -10,15 +10,16 @@
 //!   device id when the driver does not give the IP version.
 //! - Images are checked before the driver sees them: SPIR-V structurally ([`spirv`]), zebins as
 //!   ELF ([`zebin`]).
-//! - Queues are the layer's; each runs its operations through a command queue and list of its
-//!   own and waits for each, so memory is never freed under a running kernel.
+//! - Queues are the layer's; each appends its operations to an immediate command list of its
+//!   own, back to back, and the layer releases what they use only after the list's event has
+//!   been signalled and waited for, so memory is never freed under a running kernel.
 
 pub mod device;
 pub mod spirv;
 pub mod ze;
 pub mod zebin;
 
-use device::{TRIPLE, ZeDevice};
+use device::{Context, TRIPLE, ZeDevice};
 use offload_core::image::{ImageKind, machine};
 use offload_core::{Error, ImageClaim, Result};
 use offload_plugin_common::Backend;
@@ -58,6 +59,8 @@ unsafe impl Sync for Gpus {}
 pub struct LevelZeroBackend {
     ze: OnceLock<Arc<Ze>>,
     gpus: OnceLock<Gpus>,
+    /// One context per driver, made for its first device, shared by the others.
+    contexts: std::sync::Mutex<Vec<(usize, std::sync::Weak<Context>)>>,
 }
 
 impl std::fmt::Debug for LevelZeroBackend {
@@ -156,7 +159,23 @@ impl Backend for LevelZeroBackend {
             .0
             .get(index)
             .ok_or_else(|| Error::NotFound(format!("level-zero device {index}")))?;
-        ZeDevice::open(ze.clone(), driver, device)
+        let context = {
+            let mut contexts = offload_core::sync::lock(&self.contexts);
+            let live = contexts
+                .iter()
+                .find(|(d, _)| *d == driver as usize)
+                .and_then(|(_, c)| c.upgrade());
+            match live {
+                Some(c) => c,
+                None => {
+                    let c = Arc::new(Context::create(ze.clone(), driver)?);
+                    contexts.retain(|(d, _)| *d != driver as usize);
+                    contexts.push((driver as usize, Arc::downgrade(&c)));
+                    c
+                }
+            }
+        };
+        ZeDevice::open(ze.clone(), context, device)
     }
 
     fn check_native(&self, image: &[u8], kind: &ImageKind) -> Result<()> {

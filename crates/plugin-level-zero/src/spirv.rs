@@ -1,8 +1,10 @@
 //! SPIR-V modules, checked structurally before a driver sees them: the header (magic, version,
 //! id bound, schema), every instruction's word count inside the module, the memory model, and
 //! the kernels (`OpEntryPoint Kernel`) with their parameter types, read from the entry
-//! function's `OpTypeFunction`. A driver's SPIR-V reader is a large C++ program that crashes on
-//! malformed input; the checks here name the word at fault instead.
+//! function's `OpTypeFunction`. The errors name the word at fault. This is not a validator: the
+//! ids of the instructions it does not read (decorations, loads, most type operands) are not
+//! checked, so a module that is well formed only on the surface reaches the driver's own reader
+//! (`spirv-val` is the tool for the rest).
 
 use offload_core::jit::ParamType;
 use offload_core::{Error, Result};
@@ -32,6 +34,9 @@ mod op {
 
 /// `StorageClass Workgroup`: OpenCL's `__local`.
 const STORAGE_WORKGROUP: u32 = 4;
+/// `StorageClass Function`: a kernel parameter pointing there is a struct passed by value
+/// (`FuncParamAttr ByVal`, as llvm-spirv writes one).
+const STORAGE_FUNCTION: u32 = 7;
 /// `Capability Kernel`.
 const CAPABILITY_KERNEL: u32 = 6;
 
@@ -323,6 +328,9 @@ fn param(types: &HashMap<u32, Type>, t: u32) -> Param {
         Some(Type::Float(32)) => ParamType::F32,
         Some(Type::Float(64)) => ParamType::F64,
         Some(Type::Pointer(STORAGE_WORKGROUP)) => return Param::Local,
+        Some(Type::Pointer(STORAGE_FUNCTION)) => {
+            ParamType::Other("a struct passed by value".into())
+        }
         Some(Type::Pointer(_)) => ParamType::Ptr,
         Some(Type::Int(w)) => ParamType::Other(format!("i{w}")),
         Some(Type::Float(w)) => ParamType::Other(format!("f{w}")),
@@ -376,7 +384,8 @@ mod tests {
         w.extend(ins(22, &[2, 32]));
         w.extend(ins(32, &[3, 5, 2]));
         w.extend(ins(32, &[4, 4, 2]));
-        w.extend(ins(33, &[5, 1, 2, 3, 3, 4]));
+        w.extend(ins(32, &[6, 7, 2]));
+        w.extend(ins(33, &[5, 1, 2, 3, 3, 4, 6]));
         w.extend(ins(54, &[1, 10, 0, 5]));
         w
     }
@@ -397,7 +406,8 @@ mod tests {
                 Param::Value(ParamType::F32),
                 Param::Value(ParamType::Ptr),
                 Param::Value(ParamType::Ptr),
-                Param::Local
+                Param::Local,
+                Param::Value(ParamType::Other("a struct passed by value".into())),
             ])
         );
         let e = m.kernel("compute").unwrap_err().to_string();
