@@ -722,6 +722,26 @@ pub fn runtime_beside_exe() -> Result<(std::path::PathBuf, offload::Runtime), St
     Ok((exe_dir, runtime))
 }
 
+/// The end of a check binary's run: writes `report`'s summary for `backend` (with the
+/// compute-unit kind of its first device) where [`summary_path`] says, prints where, and
+/// returns the report's result.
+pub fn finish(
+    report: &Report,
+    runtime: &offload::Runtime,
+    backend: &str,
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let kind = runtime
+        .device(backend, 0)
+        .and_then(|d| d.info())
+        .map(|i| i.compute_unit_kind)
+        .unwrap_or_default();
+    let json = summary_path(dir);
+    report.write_json(&json, backend, &kind)?;
+    println!("summary  {}", json.display());
+    report.result()
+}
+
 /// Where the JSON summary goes: `OFFLOAD_GPU_CHECK_JSON`, else `summary.json` next to the
 /// images' directory `dir`.
 pub fn summary_path(dir: &std::path::Path) -> std::path::PathBuf {

@@ -819,6 +819,20 @@ pub fn fake_ze_driver() -> PathBuf {
     .clone()
 }
 
+/// A runtime in this process with only plugin `plugin` (from the build directory), after
+/// `envs` are set in the environment (a fake driver's path, its log, its settings). The
+/// environment must be set before anything reads it: call this first in a test, as nextest
+/// runs each test in a process of its own.
+pub fn runtime_with_env(plugin: &str, envs: &[(&str, &str)]) -> offload::Runtime {
+    // SAFETY: no other thread of this process reads or writes the environment yet (see above).
+    unsafe {
+        for (k, v) in envs {
+            std::env::set_var(k, v);
+        }
+    }
+    offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&[plugin.to_string()]))
+}
+
 /// A fake driver's log file for test `tag` (removed if a previous run left one), in this
 /// process's scratch directory `dir`.
 pub fn fake_log(dir: &str, tag: &str) -> PathBuf {

@@ -28,15 +28,13 @@ fn with_fake(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> std::process::
 /// `log`, with `envs` set too. The environment is set before anything reads it: nextest runs
 /// each test in a process of its own.
 fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
-    // SAFETY: see above: no other thread of this process reads or writes the environment yet.
-    unsafe {
-        std::env::set_var("OFFLOAD_HSA_RUNTIME", fake_hsa_runtime());
-        std::env::set_var("FAKE_HSA_LOG", log);
-        for (k, v) in envs {
-            std::env::set_var(k, v);
-        }
-    }
-    offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["amdgpu".to_string()]))
+    let runtime = fake_hsa_runtime();
+    let mut all = vec![
+        ("OFFLOAD_HSA_RUNTIME", runtime.to_str().unwrap()),
+        ("FAKE_HSA_LOG", log.to_str().unwrap()),
+    ];
+    all.extend_from_slice(envs);
+    runtime_with_env("amdgpu", &all)
 }
 
 /// The fake's kernarg pool (`POOL_KERNARG` in tests/fake-hsa/fake_hsa.c).

@@ -31,15 +31,13 @@ fn with_fake(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> std::process::
 /// with `envs` set too. The environment is set before anything reads it: nextest runs each
 /// test in a process of its own.
 fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
-    // SAFETY: see above: no other thread of this process reads or writes the environment yet.
-    unsafe {
-        std::env::set_var("OFFLOAD_CUDA_DRIVER", fake_cuda_driver());
-        std::env::set_var("FAKE_CUDA_LOG", log);
-        for (k, v) in envs {
-            std::env::set_var(k, v);
-        }
-    }
-    offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["cuda".to_string()]))
+    let driver = fake_cuda_driver();
+    let mut all = vec![
+        ("OFFLOAD_CUDA_DRIVER", driver.to_str().unwrap()),
+        ("FAKE_CUDA_LOG", log.to_str().unwrap()),
+    ];
+    all.extend_from_slice(envs);
+    runtime_with_env("cuda", &all)
 }
 
 /// The driver contracts the fake checks: no call without a context or under another device's,

@@ -38,13 +38,9 @@ fn with_fake(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> std::process::
 /// `log`. The environment is set before anything reads it: nextest runs each test in a process
 /// of its own (the loader reads it once, at the first zeInit).
 fn in_process(log: &Path, envs: &[(&str, &str)]) -> offload::Runtime {
-    // SAFETY: no other thread of this process reads or writes the environment yet.
-    unsafe {
-        for (k, v) in fake_env(log, envs) {
-            std::env::set_var(k, v);
-        }
-    }
-    offload::Runtime::with_plugin_dirs(&[build_dir()], Some(&["level-zero".to_string()]))
+    let all = fake_env(log, envs);
+    let refs: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    runtime_with_env("level-zero", &refs)
 }
 
 /// The driver contracts the fake checks: no call on a context that is not one, no copy outside

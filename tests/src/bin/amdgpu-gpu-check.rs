@@ -24,15 +24,7 @@ fn run(dir: PathBuf) -> Result<(), String> {
             j.compile_ns as f64 / 1e6
         );
     }
-    let gfx = runtime
-        .device("amdgpu", 0)
-        .and_then(|d| d.info())
-        .map(|i| i.compute_unit_kind)
-        .unwrap_or_default();
-    let json = offload_tests::gpu_check::summary_path(&dir);
-    report.write_json(&json, "amdgpu", &gfx)?;
-    println!("summary  {}", json.display());
-    report.result()
+    offload_tests::gpu_check::finish(&report, &runtime, "amdgpu", &dir)
 }
 
 fn main() -> ExitCode {

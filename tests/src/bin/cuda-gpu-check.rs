@@ -85,10 +85,7 @@ fn run(dir: PathBuf, n: u32) -> Result<(), String> {
             j.compile_ns as f64 / 1e6 / j.compiles.max(1) as f64
         );
     }
-    let json = offload_tests::gpu_check::summary_path(&dir);
-    report.write_json(&json, "cuda", &device_sm)?;
-    println!("summary  {}", json.display());
-    report.result()
+    offload_tests::gpu_check::finish(&report, &runtime, "cuda", &dir)
 }
 
 fn main() -> ExitCode {

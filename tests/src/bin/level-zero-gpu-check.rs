@@ -15,15 +15,7 @@ use std::process::ExitCode;
 fn run(dir: PathBuf) -> Result<(), String> {
     let (exe_dir, runtime) = offload_tests::gpu_check::runtime_beside_exe()?;
     let report = level_zero_check::run(&dir, &runtime, &exe_dir.join("offload"))?;
-    let kind = runtime
-        .device("level-zero", 0)
-        .and_then(|d| d.info())
-        .map(|i| i.compute_unit_kind)
-        .unwrap_or_default();
-    let json = offload_tests::gpu_check::summary_path(&dir);
-    report.write_json(&json, "level-zero", &kind)?;
-    println!("summary  {}", json.display());
-    report.result()
+    offload_tests::gpu_check::finish(&report, &runtime, "level-zero", &dir)
 }
 
 fn main() -> ExitCode {
