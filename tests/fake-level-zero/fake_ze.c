@@ -3,9 +3,12 @@
  * getter the loader requires, and behind them a GPU without a GPU, with the behaviour that
  * matters to the plugin (tests/tests/level_zero_fake_driver.rs):
  *
- *   - immediate command lists run their operations later, on a thread of their own, in order
+ *   - immediate command lists run their operations later, on a thread of their own
  *     (FAKE_ZE_DELAY_US, default 20, per operation), so a missing wait or an early free shows
- *     ("use-after-free"); events are signalled when the list reaches them;
+ *     ("use-after-free"); and, as the spec allows, only barriers order them: the commands
+ *     between two barriers run last first (see list_worker), so work that relies on
+ *     completion order without a barrier goes wrong; events are signalled when the list
+ *     reaches them (a signal that is no barrier, possibly before the work ahead of it);
  *   - modules: SPIR-V (its OpEntryPoint Kernel names and parameters are read; a kernel named
  *     `does_not_build` fails the build with a log) and native binaries (ELF machine 205, one
  *     `.text.<kernel>` section per kernel whose first word is its parameter count);
@@ -708,7 +711,7 @@ static ze_result_t ZE_APICALL f_event_reset(ze_event_handle_t eh) {
 
 struct op {
   struct op *next;
-  int type; /* 0 copy, 1 launch, 2 signal */
+  int type; /* 0 copy, 1 launch, 2 signal, 3 barrier (signalling `event` if set) */
   uintptr_t dst, src;
   size_t n;
   struct kernel snapshot;
@@ -783,48 +786,102 @@ static void run_kernel(struct list *l, struct op *o) {
   }
 }
 
+/* Runs one operation of `l` (the global lock not held). */
+static void run_op(struct list *l, struct op *o, long delay) {
+  pthread_mutex_lock(&lock);
+  int lost = l->device->lost;
+  pthread_mutex_unlock(&lock);
+  if (delay > 0) {
+    struct timespec t = {delay / 1000000, (delay % 1000000) * 1000};
+    nanosleep(&t, 0);
+  }
+  if (!lost) {
+    if (o->type == 0) {
+      pthread_mutex_lock(&lock);
+      int ok = inside(o->dst, o->n) || inside(o->src, o->n);
+      pthread_mutex_unlock(&lock);
+      /* One side may be the caller's pageable memory; a side that was an allocation must
+       * still be one (the plugin keeps it until the list has run). */
+      if (!ok)
+        say("use-after-free copy 0x%lx 0x%lx %zu\n", (unsigned long)o->dst, (unsigned long)o->src, o->n);
+      else
+        engine_copy((unsigned char *)o->dst, (const unsigned char *)o->src, o->n);
+    } else if (o->type == 1) {
+      run_kernel(l, o);
+    }
+  }
+  pthread_mutex_lock(&lock);
+  if ((o->type == 2 || o->type == 3) && o->event && !l->device->lost)
+    o->event->signalled = 1;
+  pthread_cond_broadcast(&changed);
+  pthread_mutex_unlock(&lock);
+}
+
+/* The list's thread. Commands of a list are only guaranteed to start in order, not to finish in
+ * order (the spec's "Execution Barriers"): the commands between two barriers form a segment
+ * that is run once it is closed by a barrier, or once no command came for FAKE_ZE_IDLE_US
+ * (default 2000), and it is run last command first, so a plugin that relies on completion
+ * order without barriers gets wrong results (and a signal that is not a barrier fires before
+ * the work appended ahead of it). A barrier runs after its segment and signals its event. */
 static void *list_worker(void *arg) {
   struct list *l = arg;
   const char *e = getenv("FAKE_ZE_DELAY_US");
   long delay = e ? atol(e) : 20;
+  const char *i = getenv("FAKE_ZE_IDLE_US");
+  long idle = i ? atol(i) : 2000;
   pthread_mutex_lock(&lock);
   for (;;) {
     while (!l->head && !l->stop)
       pthread_cond_wait(&l->work, &lock);
     if (!l->head)
       break;
-    struct op *o = l->head;
-    int lost = l->device->lost;
-    pthread_mutex_unlock(&lock);
-    if (delay > 0) {
-      struct timespec t = {delay / 1000000, (delay % 1000000) * 1000};
-      nanosleep(&t, 0);
+    /* The open segment: wait for its barrier, or for the appends to pause. */
+    size_t n;
+    for (;;) {
+      struct op *end = l->head;
+      n = 0;
+      while (end && end->type != 3)
+        end = end->next, ++n;
+      if (end || l->stop)
+        break;
+      size_t before = n;
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += (idle % 1000000) * 1000;
+      until.tv_sec += idle / 1000000 + until.tv_nsec / 1000000000;
+      until.tv_nsec %= 1000000000;
+      pthread_cond_timedwait(&l->work, &lock, &until);
+      size_t now = 0;
+      struct op *o = l->head;
+      while (o && o->type != 3)
+        o = o->next, ++now;
+      if (!o && now == before)
+        break; /* no barrier, and nothing new came: the segment runs as it is */
     }
-    if (!lost) {
-      if (o->type == 0) {
-        pthread_mutex_lock(&lock);
-        int ok = inside(o->dst, o->n) || inside(o->src, o->n);
-        int dst_ok = inside(o->dst, o->n) != 0, src_ok = inside(o->src, o->n) != 0;
-        pthread_mutex_unlock(&lock);
-        /* One side may be the caller's pageable memory; a side that was an allocation must
-         * still be one (the plugin keeps it until the list has run). */
-        if (!ok)
-          say("use-after-free copy 0x%lx 0x%lx %zu\n", (unsigned long)o->dst, (unsigned long)o->src, o->n);
-        else
-          engine_copy((unsigned char *)o->dst, (const unsigned char *)o->src, o->n);
-        (void)dst_ok, (void)src_ok;
-      } else if (o->type == 1) {
-        run_kernel(l, o);
-      }
+    /* Detach the segment (n commands) and the barrier after it, if any. */
+    struct op **seg = n ? calloc(n, sizeof *seg) : 0;
+    for (size_t k = 0; k < n; ++k) {
+      seg[k] = l->head;
+      l->head = l->head->next;
     }
-    pthread_mutex_lock(&lock);
-    if (o->type == 2 && !l->device->lost)
-      o->event->signalled = 1;
-    l->head = o->next;
+    struct op *barrier = 0;
+    if (l->head && l->head->type == 3) {
+      barrier = l->head;
+      l->head = barrier->next;
+    }
     if (!l->head)
       l->tail = 0;
-    free(o);
-    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+    for (size_t k = n; k-- > 0;) {
+      run_op(l, seg[k], delay);
+      free(seg[k]);
+    }
+    free(seg);
+    if (barrier) {
+      run_op(l, barrier, 0);
+      free(barrier);
+    }
+    pthread_mutex_lock(&lock);
   }
   pthread_mutex_unlock(&lock);
   return 0;
@@ -966,6 +1023,24 @@ static ze_result_t ZE_APICALL f_append_signal(ze_command_list_handle_t lh, ze_ev
   return ZE_RESULT_SUCCESS;
 }
 
+static ze_result_t ZE_APICALL f_append_barrier(ze_command_list_handle_t lh, ze_event_handle_t eh, uint32_t nw, ze_event_handle_t *waits) {
+  struct list *l = (struct list *)lh;
+  if (nw || waits) {
+    say("barrier-refused waits on events are not modelled\n");
+    return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
+  }
+  enter_append(l);
+  leave_append(l);
+  struct op *o = calloc(1, sizeof *o);
+  o->type = 3;
+  o->event = (struct event *)eh;
+  if (o->event)
+    o->event->device = l->device;
+  say("barrier%s\n", eh ? " signal" : "");
+  enqueue(l, o);
+  return ZE_RESULT_SUCCESS;
+}
+
 /* ---- the DDI tables the loader asks for ---------------------------------------------------- */
 
 EXPORT ze_result_t ZE_APICALL zeGetGlobalProcAddrTable(ze_api_version_t v, ze_global_dditable_t *t) {
@@ -1010,6 +1085,7 @@ EXPORT ze_result_t ZE_APICALL zeGetCommandListProcAddrTable(ze_api_version_t v, 
   t->pfnAppendMemoryCopy = f_append_copy;
   t->pfnAppendLaunchKernel = f_append_launch;
   t->pfnAppendSignalEvent = f_append_signal;
+  t->pfnAppendBarrier = f_append_barrier;
   return ZE_RESULT_SUCCESS;
 }
 

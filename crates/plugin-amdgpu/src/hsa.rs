@@ -12,7 +12,7 @@
 //! reason in plain words.
 
 use offload_core::{Error, Result};
-use offload_plugin_common::dylib::{self, DriverLibrary, EntryPoint};
+use offload_plugin_common::dylib::{self, DriverLibrary, EntryPoint, Start};
 use std::ffi::{c_char, c_int, c_void};
 
 /// Variable naming the HSA runtime library to load.
@@ -248,15 +248,6 @@ pub type SystemEventFn = unsafe extern "C" fn(*const SystemEvent, *mut c_void) -
 // `Hsa` is `Send` and `Sync` by its fields (the library and resolved addresses); calling it
 // from any thread is sound because the HSA API is thread-safe.
 
-/// What loading the runtime came to.
-#[derive(Debug)]
-pub enum Loaded {
-    /// The runtime, initialised.
-    Ready(Box<Hsa>),
-    /// No usable runtime or no AMD GPU, and why.
-    Absent(String),
-}
-
 /// Why this machine has no usable AMD GPU kernel driver, in plain words, if it has none.
 pub fn kfd_problem() -> Option<String> {
     const KFD: &str = "/dev/kfd";
@@ -275,39 +266,34 @@ pub fn kfd_problem() -> Option<String> {
 impl Hsa {
     /// Finds and opens the runtime (`OFFLOAD_HSA_RUNTIME`, else `libhsa-runtime64.so.1`), then
     /// `hsa_init`s it. A missing library, or a machine without an AMD GPU, is
-    /// [`Loaded::Absent`] with the reason in plain words; a bad `OFFLOAD_HSA_RUNTIME` is an error.
-    pub fn load() -> Result<Loaded> {
+    /// [`Error::NoDevice`] with the reason in plain words; a bad `OFFLOAD_HSA_RUNTIME` is an
+    /// error naming it.
+    pub fn load() -> Result<Hsa> {
         let names: Vec<String> = NAMES.iter().map(|s| s.to_string()).collect();
-        let candidates = dylib::candidates(ENV_RUNTIME, &names)?;
-        let mut last = String::new();
-        for c in &candidates {
-            match DriverLibrary::open(c, "the HSA runtime") {
-                Ok(lib) => {
-                    let hsa = Hsa {
-                        lib,
-                        symbols: Symbols::default(),
-                        status_string: EntryPoint::default(),
-                    };
-                    // SAFETY: hsa_init has no preconditions.
-                    return Ok(match unsafe { hsa.hsa_init() } {
-                        Ok(()) => Loaded::Ready(Box::new(hsa)),
-                        Err(e) => Loaded::Absent(match kfd_problem() {
-                            Some(why) => format!("the HSA runtime '{c}' found no AMD GPU: {why}"),
-                            None => format!(
-                                "the HSA runtime '{c}' failed to initialise ({})",
-                                e.message()
-                            ),
-                        }),
-                    });
+        dylib::open_driver(
+            ENV_RUNTIME,
+            &names,
+            "the HSA runtime (ROCm)",
+            "install it (Debian: apt install libhsa-runtime64-1)",
+            |c, lib| {
+                let hsa = Hsa {
+                    lib,
+                    symbols: Symbols::default(),
+                    status_string: EntryPoint::default(),
+                };
+                // SAFETY: hsa_init has no preconditions.
+                match unsafe { hsa.hsa_init() } {
+                    Ok(()) => Start::Ready(hsa),
+                    Err(e) => Start::Absent(match kfd_problem() {
+                        Some(why) => format!("the HSA runtime '{c}' found no AMD GPU: {why}"),
+                        None => format!(
+                            "the HSA runtime '{c}' failed to initialise ({})",
+                            e.message()
+                        ),
+                    }),
                 }
-                Err(e) => last = e,
-            }
-        }
-        Ok(Loaded::Absent(format!(
-            "the HSA runtime (ROCm) was not found (tried {}; last error: {last}): install it \
-             (Debian: apt install libhsa-runtime64-1), or set {ENV_RUNTIME}",
-            candidates.join(", ")
-        )))
+            },
+        )
     }
 
     /// The library's path (as it was opened).

@@ -21,7 +21,7 @@ pub mod target;
 mod device;
 
 use device::AmdDevice;
-use hsa::{Handle, Hsa, Loaded, agent_info};
+use hsa::{Handle, Hsa, agent_info};
 use offload_core::image::{ElfRequirements, ImageKind, elf_type, machine};
 use offload_core::{ElfImage, Error, ImageClaim, Result};
 use offload_plugin_common::Backend;
@@ -139,10 +139,7 @@ impl Backend for AmdgpuBackend {
         if let Some(f) = self.found.get() {
             return Ok(f.gpus.len());
         }
-        let hsa: Arc<Hsa> = match Hsa::load()? {
-            Loaded::Ready(h) => Arc::from(h),
-            Loaded::Absent(why) => return Err(Error::NoDevice(why)),
-        };
+        let hsa = Arc::new(Hsa::load()?);
         let mut agents: (Vec<(Handle, u32)>, usize) = (Vec::new(), &*hsa as *const Hsa as usize);
         // SAFETY: the callback appends to `agents`, which outlives the call.
         unsafe {

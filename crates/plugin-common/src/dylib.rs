@@ -32,6 +32,66 @@ pub fn candidates(variable: &str, names: &[String]) -> Result<Vec<String>> {
     }
 }
 
+/// What starting one candidate library came to, as the backend's start function tells it.
+#[derive(Debug)]
+pub enum Start<T> {
+    /// The driver, started.
+    Ready(T),
+    /// Not the driver (the toolkit's stub, a library without the entry point): the next
+    /// candidate is tried; why, for the reason given if none is usable.
+    PassOver(String),
+    /// The driver, which found no device or failed to start: no device, and why. No later
+    /// candidate is tried.
+    Absent(String),
+}
+
+/// Opens a driver: each candidate of `variable`/`names` ([`candidates`]) in order, started by
+/// `start`, until one is [`Start::Ready`] (returned) or [`Start::Absent`] (no device). A
+/// candidate that does not open or is passed over leads to the next; when none is left the
+/// error says what was tried, what was passed over and why, the dynamic loader's last message,
+/// and `install` (how to get the driver). Every "no driver" outcome is [`Error::NoDevice`] with
+/// the reason in plain words; a bad `variable` is an error naming it.
+pub fn open_driver<T>(
+    variable: &str,
+    names: &[String],
+    what: &'static str,
+    install: &str,
+    mut start: impl FnMut(&str, DriverLibrary) -> Start<T>,
+) -> Result<T> {
+    let candidates = candidates(variable, names)?;
+    let mut passed_over: Vec<String> = Vec::new();
+    let mut loader_error = String::new();
+    for c in &candidates {
+        let lib = match DriverLibrary::open(c, what) {
+            Ok(lib) => lib,
+            Err(e) => {
+                loader_error = e;
+                continue;
+            }
+        };
+        match start(c, lib) {
+            Start::Ready(t) => return Ok(t),
+            Start::PassOver(why) => passed_over.push(why),
+            Start::Absent(why) if passed_over.is_empty() => return Err(Error::NoDevice(why)),
+            Start::Absent(why) => {
+                return Err(Error::NoDevice(format!(
+                    "{why} (passed over before it: {})",
+                    passed_over.join("; ")
+                )));
+            }
+        }
+    }
+    let mut why = format!("{what} was not found (tried {}", candidates.join(", "));
+    if !passed_over.is_empty() {
+        why += &format!("; passed over: {}", passed_over.join("; "));
+    }
+    if !loader_error.is_empty() {
+        why += &format!("; last loader error: {loader_error}");
+    }
+    why += &format!("): {install}, or set {variable}");
+    Err(Error::NoDevice(why))
+}
+
 /// An opened driver library. Never closed (unloading a driver with threads and thread-local
 /// destructors of its own crashes).
 pub struct DriverLibrary {
@@ -205,6 +265,58 @@ mod tests {
         assert!(entry.resolve(&lib, c"no_such_entry_point").is_err());
         let found = EntryPoint::default();
         assert_eq!(found.resolve(&lib, c"strlen").ok(), lib.address(c"strlen"));
+    }
+
+    #[test]
+    fn open_driver_tries_each_candidate_and_says_why_none_would_do() {
+        let names: Vec<String> = ["libno-such-driver.so.7", "libc.so.6", "libm.so.6"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let var = "OFFLOAD_TEST_UNSET_DRIVER_VARIABLE";
+        // libc is passed over, libm is the driver.
+        let mut seen = Vec::new();
+        let got = open_driver(var, &names, "the test driver", "install it", |c, lib| {
+            seen.push(c.to_string());
+            match c {
+                "libc.so.6" => Start::PassOver(format!("'{c}' is not it")),
+                _ => Start::Ready(lib.path().to_string()),
+            }
+        })
+        .unwrap();
+        assert_eq!(got, "libm.so.6");
+        assert_eq!(seen, ["libc.so.6", "libm.so.6"]);
+        // The driver without devices: no device, naming what was passed over; no later try.
+        let e = open_driver::<()>(
+            var,
+            &names,
+            "the test driver",
+            "install it",
+            |c, _| match c {
+                "libc.so.6" => Start::PassOver(format!("'{c}' is not it")),
+                "libm.so.6" => Start::Absent("no GPU".into()),
+                _ => unreachable!("{c}"),
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::NoDevice(_)), "{e:?}");
+        assert_eq!(
+            e.message(),
+            "no GPU (passed over before it: 'libc.so.6' is not it)"
+        );
+        // None will do: every name tried, the passed-over ones and the loader's message.
+        let e = open_driver::<()>(var, &names, "the test driver", "install it", |c, _| {
+            Start::PassOver(format!("'{c}' is not it"))
+        })
+        .unwrap_err();
+        let m = e.message();
+        assert!(matches!(e, Error::NoDevice(_)), "{e:?}");
+        assert!(
+            m.contains("the test driver was not found (tried libno-such-driver.so.7, libc.so.6, libm.so.6; passed over: 'libc.so.6' is not it; 'libm.so.6' is not it; last loader error: ")
+                && m.contains("libno-such-driver.so.7")
+                && m.ends_with("): install it, or set OFFLOAD_TEST_UNSET_DRIVER_VARIABLE"),
+            "{m}"
+        );
     }
 
     #[test]

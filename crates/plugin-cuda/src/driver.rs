@@ -18,7 +18,7 @@
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule, CUstream};
 use offload_core::{Error, Result};
-use offload_plugin_common::dylib::{self, DriverLibrary, EntryPoint};
+use offload_plugin_common::dylib::{self, DriverLibrary, EntryPoint, Start};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 /// Variable naming the driver library to load (default: the names cudarc knows, `libcuda.so`,
@@ -130,23 +130,14 @@ offload_plugin_common::driver_entry_points!(Driver {
 // `Driver` is `Send` and `Sync` by its fields (the library and resolved addresses); calling it
 // from any thread is sound because the CUDA driver API is thread-safe.
 
-/// What loading the driver came to.
-#[derive(Debug)]
-pub enum Loaded {
-    /// The library, initialised.
-    Ready(Box<Driver>),
-    /// No usable driver, and why (for `offload info`).
-    Absent(String),
-}
-
 impl Driver {
     /// Finds and opens the driver library (`OFFLOAD_CUDA_DRIVER`, else `libcuda.so.1`, the
     /// name every NVIDIA driver installs, then cudarc's other candidate names), then
     /// `cuInit`s it. A candidate that is the toolkit's stub library or has no `cuInit` is
     /// passed over for the next one (a stub directory on the loader path must not hide the
-    /// driver); no usable candidate, or a driver without devices, is [`Loaded::Absent`] with
-    /// the reasons; a bad `OFFLOAD_CUDA_DRIVER` is an error.
-    pub fn load() -> Result<Loaded> {
+    /// driver); no usable candidate, or a driver without devices, is [`Error::NoDevice`] with
+    /// the reasons; a bad `OFFLOAD_CUDA_DRIVER` is an error naming it.
+    pub fn load() -> Result<Driver> {
         // libcuda.so.1 first; the unversioned name is a development link or the stub. Then
         // cudarc's names, without the Windows spellings and duplicates.
         let mut names = vec!["libcuda.so.1".to_string()];
@@ -155,64 +146,42 @@ impl Driver {
                 names.push(n);
             }
         }
-        let candidates = dylib::candidates(ENV_DRIVER, &names)?;
-        let mut passed_over: Vec<String> = Vec::new();
-        let mut not_found = String::new();
-        for c in &candidates {
-            let lib = match DriverLibrary::open(c, "the CUDA driver") {
-                Ok(lib) => lib,
-                Err(e) => {
-                    not_found = e;
-                    continue;
+        dylib::open_driver(
+            ENV_DRIVER,
+            &names,
+            "the CUDA driver",
+            "install the NVIDIA driver",
+            |c, lib| {
+                let driver = Driver {
+                    lib,
+                    symbols: Symbols::default(),
+                    error_name: EntryPoint::default(),
+                    error_string: EntryPoint::default(),
+                };
+                // Called by hand, not as an entry-point method: the raw status tells the stub
+                // apart.
+                let init = driver.lib.address(c"cuInit").map(|addr| {
+                    // SAFETY: the symbol has this C signature in every CUDA driver.
+                    unsafe {
+                        std::mem::transmute::<usize, unsafe extern "C" fn(c_uint) -> c_int>(addr)
+                    }
+                });
+                let Some(init) = init else {
+                    return Start::PassOver(format!("'{c}' has no cuInit (not a CUDA driver)"));
+                };
+                // SAFETY: cuInit has no preconditions.
+                let status = unsafe { init(0) };
+                match driver.check(status, "cuInit") {
+                    Ok(()) => Start::Ready(driver),
+                    Err(Error::NoDevice(why)) if status == STUB_LIBRARY => Start::PassOver(why),
+                    Err(Error::NoDevice(why)) => Start::Absent(why),
+                    Err(e) => Start::Absent(format!(
+                        "the CUDA driver '{c}' failed to initialise: {}",
+                        e.message()
+                    )),
                 }
-            };
-            let driver = Driver {
-                lib,
-                symbols: Symbols::default(),
-                error_name: EntryPoint::default(),
-                error_string: EntryPoint::default(),
-            };
-            // Called by hand, not as an entry-point method: the raw status tells the stub apart.
-            let init = driver.lib.address(c"cuInit").map(|addr| {
-                // SAFETY: the symbol has this C signature in every CUDA driver.
-                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_uint) -> c_int>(addr) }
-            });
-            let Some(init) = init else {
-                passed_over.push(format!("'{c}' has no cuInit (not a CUDA driver)"));
-                continue;
-            };
-            // SAFETY: cuInit has no preconditions.
-            let status = unsafe { init(0) };
-            let why = match driver.check(status, "cuInit") {
-                Ok(()) => return Ok(Loaded::Ready(Box::new(driver))),
-                Err(Error::NoDevice(why)) if status == STUB_LIBRARY => {
-                    passed_over.push(why);
-                    continue;
-                }
-                Err(Error::NoDevice(why)) => why,
-                Err(e) => format!(
-                    "the CUDA driver '{c}' failed to initialise: {}",
-                    e.message()
-                ),
-            };
-            return Ok(Loaded::Absent(if passed_over.is_empty() {
-                why
-            } else {
-                format!("{why} (passed over before it: {})", passed_over.join("; "))
-            }));
-        }
-        let mut why = format!(
-            "no usable CUDA driver library (tried {}",
-            candidates.join(", ")
-        );
-        if !passed_over.is_empty() {
-            why += &format!("; passed over: {}", passed_over.join("; "));
-        }
-        if !not_found.is_empty() {
-            why += &format!("; last loader error: {not_found}");
-        }
-        why += &format!("): the NVIDIA driver is not installed, or set {ENV_DRIVER}");
-        Ok(Loaded::Absent(why))
+            },
+        )
     }
 
     /// The library's path (as it was opened).

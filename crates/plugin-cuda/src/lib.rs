@@ -25,7 +25,7 @@ pub mod sm;
 mod device;
 
 use device::CudaDevice;
-use driver::{Driver, Loaded};
+use driver::Driver;
 use offload_core::image::{ElfRequirements, ImageKind, elf_type, machine};
 use offload_core::{ElfImage, Error, ImageClaim, Result};
 use offload_plugin_common::Backend;
@@ -124,10 +124,7 @@ impl Backend for CudaBackend {
     }
 
     fn init(&self) -> Result<usize> {
-        let driver: Arc<Driver> = match Driver::load()? {
-            Loaded::Ready(d) => Arc::from(d),
-            Loaded::Absent(why) => return Err(Error::NoDevice(why)),
-        };
+        let driver = Arc::new(Driver::load()?);
         let mut count = 0;
         // SAFETY: live out-pointer; the driver is initialised.
         unsafe { driver.cuDeviceGetCount(&mut count)? };

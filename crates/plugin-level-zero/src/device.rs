@@ -3,10 +3,12 @@
 //! The devices of a driver share one context ([`Context`]: memory, modules and command lists
 //! of different devices may meet only in one context); memory is `zeMemAlloc{Device,Host,
 //! Shared}` in it, and it goes after the last module, list and device made in it. A queue of the layer owns an immediate command list (on the device's first
-//! compute queue group, asynchronous) and an event: its copies and launches are only appended,
-//! so the GPU runs them back to back (`stream_ordered`); draining the queue appends a signal of
-//! the event and waits for it on the host, which is when the layer releases what the operations
-//! used. Work without a queue goes through an immediate list of the device's own and is waited
+//! compute queue group, asynchronous) and an event. The commands of a list are only
+//! guaranteed to *start* in order (the spec's "Execution Barriers"), so a barrier goes between
+//! each command and the next: the GPU runs a queue's copies and launches one after another
+//! (`stream_ordered`), each seeing the memory the one before wrote. Draining the queue appends
+//! a barrier that signals the event and waits for it on the host, which is when the layer
+//! releases what the operations used. Work without a queue goes through an immediate list of the device's own and is waited
 //! for the same way, operation by operation.
 //!
 //! Kernel arguments are state of the kernel object (`zeKernelSetArgumentValue`, captured when
@@ -70,8 +72,9 @@ pub struct Stream {
     list: Handle,
     pool: Handle,
     event: Handle,
-    /// One thread at a time appends to the list (immediate lists are not thread-safe).
-    busy: Mutex<()>,
+    /// One thread at a time appends to the list (immediate lists are not thread-safe); true
+    /// while the last command appended is not yet followed by a barrier.
+    unfenced: Mutex<bool>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -82,32 +85,56 @@ impl std::fmt::Debug for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // SAFETY: the layer drops a stream after draining it.
+        // SAFETY: the layer drops a stream after draining it; a stream whose making failed
+        // half way has null handles for what was not made. The event goes before its pool.
         unsafe {
-            let _ = self.ze.zeCommandListDestroy(self.list);
-            let _ = self.ze.zeEventDestroy(self.event);
-            let _ = self.ze.zeEventPoolDestroy(self.pool);
+            if !self.list.is_null() {
+                let _ = self.ze.zeCommandListDestroy(self.list);
+            }
+            if !self.event.is_null() {
+                let _ = self.ze.zeEventDestroy(self.event);
+            }
+            if !self.pool.is_null() {
+                let _ = self.ze.zeEventPoolDestroy(self.pool);
+            }
         }
     }
 }
 
 impl Stream {
-    /// Appends with `append`, under the list's lock.
+    /// Appends with `append`, under the list's lock, after a barrier if a command is before
+    /// it (so that it starts when that one has finished).
     fn append(&self, what: &str, append: impl FnOnce(Handle) -> Result<()>) -> Result<()> {
-        let _busy = offload_core::sync::lock(&self.busy);
-        append(self.list).map_err(|e| e.context(what.to_string()))
+        let mut unfenced = offload_core::sync::lock(&self.unfenced);
+        if *unfenced {
+            // SAFETY: the list's lock is held; no event to signal, none to wait for.
+            unsafe {
+                self.ze.zeCommandListAppendBarrier(
+                    self.list,
+                    std::ptr::null_mut(),
+                    0,
+                    std::ptr::null_mut(),
+                )
+            }
+            .map_err(|e| e.context(what.to_string()))?;
+            *unfenced = false;
+        }
+        append(self.list).map_err(|e| e.context(what.to_string()))?;
+        *unfenced = true;
+        Ok(())
     }
 
-    /// Waits until everything appended so far has run: the event reset, a signal of it
-    /// appended, waited for on the host (reset first, so that a signal left by a drain that
-    /// failed half way cannot pass for this one).
+    /// Waits until everything appended so far has run: the event reset, a barrier that
+    /// signals it appended, the event waited for on the host (reset first, so that a signal
+    /// left by a drain that failed half way cannot pass for this one).
     fn drain(&self) -> Result<()> {
-        let _busy = offload_core::sync::lock(&self.busy);
+        let mut unfenced = offload_core::sync::lock(&self.unfenced);
         // SAFETY: the list's lock is held; the event is this stream's alone.
         unsafe {
             self.ze.zeEventHostReset(self.event)?;
             self.ze
-                .zeCommandListAppendSignalEvent(self.list, self.event)?;
+                .zeCommandListAppendBarrier(self.list, self.event, 0, std::ptr::null_mut())?;
+            *unfenced = false;
             self.ze.zeEventHostSynchronize(self.event, ze::FOREVER)
         }
     }
@@ -367,40 +394,22 @@ impl ZeDevice {
         );
         let mut device = self.device;
         let context = self.context.handle;
-        // SAFETY: live descriptors and out-pointers; a context and device of ours. What was
-        // made before a failure is destroyed.
+        // SAFETY: live descriptors and out-pointers; a context and device of ours.
         let made = unsafe {
             ze.zeCommandListCreateImmediate(context, self.device, &desc, &mut list)
                 .and_then(|()| ze.zeEventPoolCreate(context, &pool_desc, 1, &mut device, &mut pool))
                 .and_then(|()| ze.zeEventCreate(pool, &event_desc, &mut event))
         };
+        // Made or not: on a failure, dropping it destroys what was made.
         let stream = Stream {
             ze: ze.clone(),
             _context: self.context.clone(),
             list,
             pool,
             event,
-            busy: Mutex::new(()),
+            unfenced: Mutex::new(false),
         };
-        match made {
-            Ok(()) => Ok(stream),
-            Err(e) => {
-                // SAFETY: only what was made, unused.
-                unsafe {
-                    if !stream.list.is_null() {
-                        let _ = ze.zeCommandListDestroy(stream.list);
-                    }
-                    if !stream.event.is_null() {
-                        let _ = ze.zeEventDestroy(stream.event);
-                    }
-                    if !stream.pool.is_null() {
-                        let _ = ze.zeEventPoolDestroy(stream.pool);
-                    }
-                }
-                std::mem::forget(stream);
-                Err(e)
-            }
-        }
+        made.map(|()| stream)
     }
 
     /// The kernel's build log after a failed `zeModuleCreate`.

@@ -24,7 +24,7 @@ use offload_core::image::{ImageKind, machine};
 use offload_core::{Error, ImageClaim, Result};
 use offload_plugin_common::Backend;
 use std::sync::{Arc, OnceLock};
-use ze::{Handle, Loaded, Ze};
+use ze::{Handle, Ze};
 
 /// Plugin-level check of an image the plugin claims (without a device).
 pub fn check_native(image: &[u8], kind: &ImageKind) -> Result<()> {
@@ -129,10 +129,7 @@ impl Backend for LevelZeroBackend {
     }
 
     fn init(&self) -> Result<usize> {
-        let ze: Arc<Ze> = match Ze::load()? {
-            Loaded::Ready(z) => Arc::from(z),
-            Loaded::Absent(why) => return Err(Error::NoDevice(why)),
-        };
+        let ze = Arc::new(Ze::load()?);
         let gpus = find_gpus(&ze)?;
         if gpus.is_empty() {
             return Err(Error::NoDevice(format!(

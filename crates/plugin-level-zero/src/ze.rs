@@ -11,7 +11,7 @@
 //! Statuses become errors in one place ([`Ze::check`]).
 
 use offload_core::{Error, Result};
-use offload_plugin_common::dylib::{self, DriverLibrary};
+use offload_plugin_common::dylib::{self, DriverLibrary, Start};
 use std::ffi::{c_char, c_int, c_void};
 
 /// Variable naming the Level Zero loader to open.
@@ -517,8 +517,9 @@ offload_plugin_common::driver_entry_points!(Ze {
     zeCommandListCreateImmediate(context: Handle, device: Handle, desc: *const CommandQueueDesc, list: *mut Handle) -> status;
     /// `zeCommandListDestroy`
     zeCommandListDestroy(list: Handle) -> status;
-    /// `zeCommandListAppendSignalEvent`
-    zeCommandListAppendSignalEvent(list: Handle, event: Handle) -> status;
+    /// `zeCommandListAppendBarrier`: everything appended before it finishes before anything
+    /// after it starts; then `signal` (if not null) is signalled.
+    zeCommandListAppendBarrier(list: Handle, signal: Handle, wait_count: u32, waits: *mut Handle) -> status;
     /// `zeEventPoolCreate`
     zeEventPoolCreate(context: Handle, desc: *const EventPoolDesc, device_count: u32, devices: *mut Handle, pool: *mut Handle) -> status;
     /// `zeEventPoolDestroy`
@@ -567,51 +568,33 @@ offload_plugin_common::driver_entry_points!(Ze {
     zelLoaderGetVersions(count: *mut usize, versions: *mut ComponentVersion) -> status;
 });
 
-/// What opening the loader came to.
-#[derive(Debug)]
-pub enum Loaded {
-    /// The loader, initialised, with a driver.
-    Ready(Box<Ze>),
-    /// No loader, or no driver, and why.
-    Absent(String),
-}
-
 impl Ze {
     /// Opens the loader (`OFFLOAD_LEVEL_ZERO_LOADER`, else `libze_loader.so.1`) and `zeInit`s it
-    /// for GPUs. A missing loader or driver is [`Loaded::Absent`] with the reason in plain
-    /// words; a bad `OFFLOAD_LEVEL_ZERO_LOADER` is an error.
-    pub fn load() -> Result<Loaded> {
+    /// for GPUs. A missing loader or driver is [`Error::NoDevice`] with the reason in plain
+    /// words; a bad `OFFLOAD_LEVEL_ZERO_LOADER` is an error naming it.
+    pub fn load() -> Result<Ze> {
         let names: Vec<String> = NAMES.iter().map(|s| s.to_string()).collect();
-        let candidates = dylib::candidates(ENV_LOADER, &names)?;
-        let mut last = String::new();
-        for c in &candidates {
-            let lib = match DriverLibrary::open(c, "the Level Zero loader") {
-                Ok(lib) => lib,
-                Err(e) => {
-                    last = e;
-                    continue;
+        dylib::open_driver(
+            ENV_LOADER,
+            &names,
+            "the Level Zero loader",
+            "install it (Debian: apt install libze1) and a GPU driver (Intel's compute runtime)",
+            |c, lib| {
+                let ze = Ze {
+                    lib,
+                    symbols: Symbols::default(),
+                };
+                // SAFETY: zeInit has no preconditions; it is the first call.
+                match unsafe { ze.zeInit(INIT_GPU_ONLY) } {
+                    Ok(()) => Start::Ready(ze),
+                    Err(e) => Start::Absent(format!(
+                        "the Level Zero loader '{c}' found no usable GPU driver ({}): {}",
+                        e.message(),
+                        ze.no_driver_reason()
+                    )),
                 }
-            };
-            let ze = Ze {
-                lib,
-                symbols: Symbols::default(),
-            };
-            // SAFETY: zeInit has no preconditions; it is the first call.
-            return Ok(match unsafe { ze.zeInit(INIT_GPU_ONLY) } {
-                Ok(()) => Loaded::Ready(Box::new(ze)),
-                Err(e) => Loaded::Absent(format!(
-                    "the Level Zero loader '{c}' found no usable GPU driver ({}): {}",
-                    e.message(),
-                    ze.no_driver_reason()
-                )),
-            });
-        }
-        Ok(Loaded::Absent(format!(
-            "the Level Zero loader was not found (tried {}; last error: {last}): install it \
-             (Debian: apt install libze1) and a GPU driver (Intel's compute runtime), or set \
-             {ENV_LOADER}",
-            candidates.join(", ")
-        )))
+            },
+        )
     }
 
     /// The library's path (as it was opened).
