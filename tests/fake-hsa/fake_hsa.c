@@ -300,8 +300,9 @@ hsa_status_t hsa_amd_memory_lock(void *host, size_t size, hsa_agent_t *agents, i
 }
 
 hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info, void *(*alloc)(size_t), uint32_t *num_agents, hsa_agent_t **accessible) {
-  (void)alloc;
   NEED_INIT;
+  if ((num_agents || accessible) && !(num_agents && accessible && alloc))
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   if (!info || info->size < sizeof(uint32_t) * 2)
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   uint32_t size = info->size < sizeof *info ? info->size : (uint32_t)sizeof *info;
@@ -310,7 +311,14 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
   out.size = size;
   pthread_mutex_lock(&lock);
   struct allocation *a = find((uintptr_t)ptr, 1);
+  /* The agents that may reach it: the owner's, and the GPU for host memory made accessible. */
+  hsa_agent_t reach[2];
+  uint32_t reaching = 0;
   if (a) {
+    if (a->pool != POOL_DEVICE)
+      reach[reaching++].handle = CPU;
+    if (a->pool == POOL_DEVICE || a->gpu_access)
+      reach[reaching++].handle = GPU;
     out.type = a->locked ? HSA_EXT_POINTER_TYPE_LOCKED : HSA_EXT_POINTER_TYPE_HSA;
     out.agentBaseAddress = (void *)a->base;
     out.hostBaseAddress = (void *)a->base;
@@ -321,10 +329,11 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
   }
   pthread_mutex_unlock(&lock);
   memcpy(info, &out, size);
-  if (num_agents)
-    *num_agents = 0;
-  if (accessible)
-    *accessible = 0;
+  if (num_agents) {
+    *num_agents = reaching;
+    *accessible = alloc(sizeof(hsa_agent_t) * (reaching ? reaching : 1));
+    memcpy(*accessible, reach, sizeof(hsa_agent_t) * reaching);
+  }
   return HSA_STATUS_SUCCESS;
 }
 

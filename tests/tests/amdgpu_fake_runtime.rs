@@ -48,6 +48,7 @@ fn assert_contracts_kept(lines: &[String], what: &str) {
         "bad-free",
         "bad-copy",
         "bad-unlock",
+        "use-after-free",
         "bad-packet",
         "no-access",
         "hang",
@@ -829,6 +830,14 @@ fn a_gpu_memory_fault_fails_its_launch_instead_of_ending_the_process() {
         "{err}"
     );
     assert!(lines.iter().any(|l| l == "memory-fault 0xdead0000 handled"));
+    // The faulting dispatch never completed: its kernel-argument area is never freed (the GPU
+    // may still read it); every other one is.
+    let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
+    assert_eq!(
+        count(&format!("alloc {KERNARG_POOL} ")),
+        count(&format!("free {KERNARG_POOL} ")) + 1,
+        "{lines:#?}"
+    );
     // A queue error (a trap): the launch fails naming the queue's status.
     let (out, _) = run("queue-error", "saxpy:queue");
     let err = stderr(&out);
@@ -866,6 +875,41 @@ fn copies_from_and_to_runtime_allocated_host_memory_do_not_lock_it() {
         "{lines:#?}"
     );
     assert_contracts_kept(&lines, "host memory copies");
+}
+
+#[test]
+fn copies_of_one_host_buffer_from_several_threads_keep_it_locked_until_the_last_has_run() {
+    // Thread A locks the buffer for its copy; thread B, copying the same buffer (or a part),
+    // must not take A's lock as its own: A's unlock would pull the pages from under B's DMA
+    // (the fake's DMA engine says "use-after-free copy" when its host side is unlocked).
+    let log = log_file("hsa-shared-lock");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("amdgpu", 0).unwrap();
+    let host: Vec<u32> = (0..4096).map(|i| i * 7 + 1).collect();
+    std::thread::scope(|scope| {
+        for t in 0..4usize {
+            let (device, host) = (&device, &host);
+            scope.spawn(move || {
+                let whole = device.alloc::<u32>(4096).unwrap();
+                let part = device.alloc::<u32>(1024).unwrap();
+                for round in 0..40 {
+                    if (round + t) % 3 == 0 {
+                        part.write(&host[1024..2048]).unwrap();
+                        assert_eq!(part.to_vec().unwrap(), &host[1024..2048], "thread {t}");
+                    } else {
+                        whole.write(host).unwrap();
+                        assert_eq!(whole.to_vec().unwrap(), *host, "thread {t}");
+                    }
+                }
+            });
+        }
+    });
+    drop(device);
+    drop(rt);
+    assert_contracts_kept(
+        &log_lines(&log),
+        "one host buffer copied by several threads",
+    );
 }
 
 #[test]

@@ -50,6 +50,25 @@ const KEEP_IDLE: usize = 64;
 /// it, so the launch that faulted (and every later operation of that device) fails with it.
 static FAULTS: Mutex<Vec<(Handle, String)>> = Mutex::new(Vec::new());
 
+/// Host ranges this plugin has locked (`hsa_amd_memory_lock`) for the copies running now, in
+/// every device of the process. A copy of a range that another thread's copy has locked for the
+/// same agent uses that lock instead of locking again, and the last of them unlocks it (one
+/// copy's unlock must not pull the pages from under another's DMA); a copy whose range
+/// overlaps a lock for another agent, or is not inside it, waits until it is unlocked. Locking
+/// and unlocking happen under the table's mutex, which no GPU work waits for.
+static HOST_LOCKS: Mutex<Vec<HostLock>> = Mutex::new(Vec::new());
+/// Notified when a lock of [`HOST_LOCKS`] goes.
+static HOST_UNLOCKED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A host range locked for one agent, and how many copies use it.
+struct HostLock {
+    start: usize,
+    end: usize,
+    agent: Handle,
+    agent_ptr: usize,
+    users: usize,
+}
+
 /// The system event handler (`hsa_amd_register_system_event_handler`).
 unsafe extern "C" fn system_event(event: *const hsa::SystemEvent, _data: *mut c_void) -> c_int {
     if event.is_null() {
@@ -251,8 +270,11 @@ pub struct AmdDevice {
 
 /// Idle completion signals and kernel-argument areas (`(size, address)`, the agent already
 /// allowed access) of a device, for the next operation. Only what a completed operation used
-/// comes back here: after a failed wait the GPU may still write the signal or read the area, so
-/// those are destroyed instead (as before pooling). At most [`KEEP_IDLE`] of each are kept; a
+/// comes back here: after a failed wait the GPU may still write the signal or read the area (a
+/// fault fails every wait of the device, while kernels of other queues may still be running),
+/// so those are left allocated, never destroyed nor reused: a few bytes lost per failed
+/// operation of a device that has failed, against the GPU writing into memory given to another
+/// use. At most [`KEEP_IDLE`] of each are kept; a
 /// kernarg area beyond that replaces the one idle longest.
 #[derive(Debug, Default)]
 struct Reuse {
@@ -402,7 +424,7 @@ impl AmdDevice {
     }
 
     /// Gives back a kernarg area: kept for reuse if the dispatch that read it completed,
-    /// else freed.
+    /// else left allocated (see [`Reuse`]).
     fn kernarg_done(&self, len: usize, area: *mut c_void, completed: bool) {
         if completed {
             let mut idle = offload_core::sync::lock(&self.reuse.kernargs);
@@ -415,11 +437,8 @@ impl AmdDevice {
                 // SAFETY: an idle area: no dispatch reads it.
                 let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(old as *mut c_void) };
             }
-            return;
         }
-        // SAFETY: the dispatch has completed (or never started, or the device is lost):
-        // nothing reads it any more.
-        let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(area) };
+        // Not completed: left allocated.
     }
 
     /// Waits until `signal` drops below 1 (then it is marked completed, free for reuse), or
@@ -477,49 +496,129 @@ impl AmdDevice {
     }
 
     /// Runs `f` with `host..host+len` reachable by the agent; `f` gets the agent's address of
-    /// it. Memory the runtime allocated (pinned host and shared memory) or already locked is
-    /// used where it is (the runtime refuses to lock it again); other memory is locked for the
-    /// copy.
+    /// it (see [`HOST_LOCKS`]). Memory the runtime allocated (pinned host and shared memory) is
+    /// used where it is (the runtime refuses to lock it), made accessible to this agent first
+    /// if it is not yet; memory this plugin has locked for this agent (another thread's copy)
+    /// is used under that lock, counted, so that it stays locked until the last such copy has
+    /// finished; memory locked by someone else (the application) is used if this agent may
+    /// reach it; other memory is locked for the copy and unlocked after it.
     fn with_locked<T>(
         &self,
         host: *mut c_void,
         len: usize,
         f: impl FnOnce(*mut c_void) -> Result<T>,
     ) -> Result<T> {
+        let start = host as usize;
+        let end = start.saturating_add(len.max(1));
+        let mut locks = offload_core::sync::lock(&HOST_LOCKS);
+        let agent_ptr = loop {
+            if let Some(l) = locks
+                .iter_mut()
+                .find(|l| l.agent == self.agent && l.start <= start && end <= l.end)
+            {
+                l.users += 1;
+                break l.agent_ptr + (start - l.start);
+            }
+            if locks.iter().any(|l| l.start < end && start < l.end) {
+                // Locked by another copy for another agent, or only in part: the runtime
+                // locks a page once, so wait for that lock to go.
+                locks = offload_core::sync::wait(&HOST_UNLOCKED, locks);
+                continue;
+            }
+            let (info, reachable) = self.pointer_info(host)?;
+            let inside = !info.agent_base.is_null()
+                && start >= info.host_base as usize
+                && end <= (info.host_base as usize).saturating_add(info.size_in_bytes);
+            if inside && info.kind == hsa::pointer_type::HSA {
+                drop(locks);
+                if !reachable {
+                    // SAFETY: memory the runtime allocated, live (the copy's contract).
+                    unsafe {
+                        self.hsa.hsa_amd_agents_allow_access(
+                            1,
+                            &self.agent,
+                            std::ptr::null(),
+                            info.host_base,
+                        )?
+                    };
+                }
+                let offset = start - info.host_base as usize;
+                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast());
+            }
+            if info.kind == hsa::pointer_type::LOCKED {
+                // Not locked by this plugin (its locks are in the table): the application's.
+                drop(locks);
+                if !inside || !reachable {
+                    return Err(Error::InvalidArgument(format!(
+                        "host memory at {host:p} ({len} bytes) is locked by another part of \
+                         the process {}; this plugin cannot lock it again for {}",
+                        if inside {
+                            "for other GPUs only"
+                        } else {
+                            "in a range that does not hold all of it"
+                        },
+                        self.info.name
+                    )));
+                }
+                let offset = start - info.host_base as usize;
+                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast());
+            }
+            let mut agent = self.agent;
+            let mut agent_ptr: *mut c_void = std::ptr::null_mut();
+            // SAFETY: `host` is valid for `len` bytes (the copy's contract); unlocked by the
+            // last copy that uses the lock.
+            unsafe {
+                self.hsa
+                    .hsa_amd_memory_lock(host, len, &mut agent, 1, &mut agent_ptr)?
+            };
+            locks.push(HostLock {
+                start,
+                end,
+                agent: self.agent,
+                agent_ptr: agent_ptr as usize,
+                users: 1,
+            });
+            break agent_ptr as usize;
+        };
+        drop(locks);
+        let out = f(agent_ptr as *mut c_void);
+        let mut locks = offload_core::sync::lock(&HOST_LOCKS);
+        if let Some(i) = locks
+            .iter()
+            .position(|l| l.agent == self.agent && l.start <= start && end <= l.end)
+        {
+            locks[i].users -= 1;
+            if locks[i].users == 0 {
+                let l = locks.swap_remove(i);
+                // SAFETY: locked by this plugin; the last copy that used it has finished.
+                let _ = unsafe { self.hsa.hsa_amd_memory_unlock(l.start as *mut c_void) };
+                HOST_UNLOCKED.notify_all();
+            }
+        }
+        out
+    }
+
+    /// What the runtime knows of `host`, and whether this agent may reach it.
+    fn pointer_info(&self, host: *mut c_void) -> Result<(hsa::PointerInfo, bool)> {
         let mut info = hsa::PointerInfo::default();
-        // SAFETY: a live out-structure with its size set; no agent list is asked for.
-        let known = unsafe {
+        let (mut count, mut agents): (u32, *mut Handle) = (0, std::ptr::null_mut());
+        // SAFETY: a live out-structure with its size set; the agent list is allocated with
+        // malloc (the callback) and freed here.
+        unsafe {
             self.hsa.hsa_amd_pointer_info(
                 host,
                 &mut info,
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        if known.is_ok()
-            && matches!(
-                info.kind,
-                hsa::pointer_type::HSA | hsa::pointer_type::LOCKED
-            )
-            && !info.agent_base.is_null()
-            && (host as usize) >= (info.host_base as usize)
-            && (host as usize) + len <= (info.host_base as usize) + info.size_in_bytes
-        {
-            let offset = host as usize - info.host_base as usize;
-            return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast());
+                libc::malloc as *const c_void,
+                &mut count,
+                &mut agents,
+            )?;
         }
-        let mut agent = self.agent;
-        let mut agent_ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is valid for `len` bytes (the copy's contract); unlocked below.
-        unsafe {
-            self.hsa
-                .hsa_amd_memory_lock(host, len, &mut agent, 1, &mut agent_ptr)?
-        };
-        let out = f(agent_ptr);
-        // SAFETY: locked above.
-        let _ = unsafe { self.hsa.hsa_amd_memory_unlock(host) };
-        out
+        let reachable = !agents.is_null()
+            // SAFETY: `count` agents, allocated by the callback.
+            && unsafe { std::slice::from_raw_parts(agents, count as usize) }.contains(&self.agent);
+        // SAFETY: allocated by malloc (or null).
+        unsafe { libc::free(agents.cast()) };
+        Ok((info, reachable))
     }
 
     /// The memory fault the runtime reported for this device, if any: the GPU's state is lost.
@@ -672,7 +771,8 @@ impl AmdDevice {
 }
 
 /// A completion signal of a device: back to the device's idle signals on drop once an
-/// operation has completed through it, else destroyed.
+/// operation has completed through it (or was never given it); else left as it is (see
+/// [`Reuse`]), or destroyed when the idle ones are full.
 struct Signal<'a> {
     device: &'a AmdDevice,
     handle: Handle,
@@ -682,14 +782,17 @@ struct Signal<'a> {
 
 impl Drop for Signal<'_> {
     fn drop(&mut self) {
-        if self.completed {
-            let mut idle = offload_core::sync::lock(&self.device.reuse.signals);
-            if idle.len() < KEEP_IDLE {
-                idle.push(self.handle);
-                return;
-            }
+        if !self.completed {
+            // Left as it is: the GPU may still write it.
+            return;
         }
-        // SAFETY: a signal we created, no longer waited on.
+        let mut idle = offload_core::sync::lock(&self.device.reuse.signals);
+        if idle.len() < KEEP_IDLE {
+            idle.push(self.handle);
+            return;
+        }
+        drop(idle);
+        // SAFETY: a signal we created whose operation completed: nothing writes it any more.
         let _ = unsafe { self.device.hsa.hsa_signal_destroy(self.handle) };
     }
 }
