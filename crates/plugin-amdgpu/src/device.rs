@@ -1038,13 +1038,7 @@ impl DeviceBackend for AmdDevice {
                 &mut s,
             )
         }
-        .map_err(|e| {
-            Error::NotFound(format!(
-                "kernel '{name}' ({}): {}",
-                meta.symbol,
-                e.message()
-            ))
-        })?;
+        .map_err(|e| e.context(format!("kernel '{name}' ({})", meta.symbol)))?;
         let get = |attr: i32, out: *mut c_void| {
             // SAFETY: every caller passes an out-value of the attribute's size.
             unsafe { self.hsa.hsa_executable_symbol_get_info(s, attr, out) }
@@ -1137,12 +1131,7 @@ impl DeviceBackend for AmdDevice {
                 &mut s,
             )
         }
-        .map_err(|e| {
-            Error::NotFound(format!(
-                "global '{name}' in the code object: {}",
-                e.message()
-            ))
-        })?;
+        .map_err(|e| e.context(format!("global '{name}' in the code object")))?;
         let get = |attr: i32, out: *mut c_void| {
             // SAFETY: every caller passes an out-value of the attribute's size.
             unsafe { self.hsa.hsa_executable_symbol_get_info(s, attr, out) }

@@ -315,6 +315,8 @@ impl Hsa {
     /// - `OUT_OF_RESOURCES`, `INVALID_ALLOCATION` (a pool cannot give that size):
     ///   [`Error::OutOfMemory`];
     /// - `NOT_INITIALIZED`: [`Error::NoDevice`];
+    /// - `INVALID_SYMBOL_NAME`: [`Error::NotFound`] (no such kernel or global; every other
+    ///   failure of a symbol lookup keeps its own kind);
     /// - `EXCEPTION`, the AMD queue faults (aperture violation, illegal instruction, memory
     ///   fault) and `FATAL`: [`Error::DeviceFailure`], the queue or device is unusable;
     /// - anything else: [`Error::Driver`] with the code.
@@ -334,6 +336,7 @@ fn error_of(status: c_int, call: &str, text: &str) -> Error {
     match status {
         OUT_OF_RESOURCES | INVALID_ALLOCATION => Error::OutOfMemory(format!("{call}: {text}")),
         NOT_INITIALIZED => Error::NoDevice(format!("{call}: {text}")),
+        INVALID_SYMBOL_NAME => Error::NotFound(format!("{call}: {text}")),
         EXCEPTION | FATAL | APERTURE_VIOLATION..=MEMORY_FAULT => {
             Error::DeviceFailure(format!("{call}: {text}"))
         }
@@ -458,6 +461,10 @@ mod tests {
                 "oom"
             }
             Error::NoDevice(_) => "no-device",
+            Error::NotFound(m) => {
+                assert_eq!(m, "hsa_some_call: text");
+                "not-found"
+            }
             Error::DeviceFailure(m) => {
                 assert!(m.starts_with("hsa_some_call: "), "{m}");
                 "device-failure"
@@ -482,7 +489,8 @@ mod tests {
             (40, "driver"),
             (44, "driver"),
             (0x1001, "driver"),
-            (0x1013, "driver"),
+            (0x1013, "not-found"),
+            (0x1014, "driver"),
         ] {
             assert_eq!(kind(status), want, "status {status:#x}");
         }

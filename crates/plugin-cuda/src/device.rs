@@ -433,7 +433,7 @@ impl DeviceBackend for CudaDevice {
             self.driver
                 .cuModuleGetFunction(&mut f, module.module, c.as_ptr())
         }
-        .map_err(|e| Error::NotFound(format!("kernel '{name}' in the module: {}", e.message())))?;
+        .map_err(|e| e.context(format!("kernel '{name}' in the module")))?;
         let param_sizes = param_sizes(&self.driver, f).or_else(|| match &module.source {
             Some(Source::Ptx(ptx)) => crate::params::from_ptx(ptx, name),
             Some(Source::Cubin(cubin)) => crate::params::from_cubin(cubin, name),
@@ -505,7 +505,7 @@ impl DeviceBackend for CudaDevice {
             self.driver
                 .cuModuleGetGlobal_v2(&mut ptr, &mut size, module.module, c.as_ptr())
         }
-        .map_err(|e| Error::NotFound(format!("global '{name}' in the module: {}", e.message())))?;
+        .map_err(|e| e.context(format!("global '{name}' in the module")))?;
         Ok(GlobalSymbol {
             ptr: DevicePtr(ptr),
             size: size as u64,

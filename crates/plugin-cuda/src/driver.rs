@@ -11,10 +11,8 @@
 //! integer, a missing symbol is an error for that call (`Unsupported`, naming it), and a missing
 //! library is "no device" with the reason.
 //!
-//! Statuses become errors in one place, [`Driver::check`]: out of memory → `OutOfMemory`; no
-//! device, the stub library (`CUDA_ERROR_STUB_LIBRARY`, 34), no driver loaded → `NoDevice`;
-//! everything else → `Driver { code, message }` with the call, the CUDA error name and its
-//! description.
+//! Statuses become errors in one place, [`Driver::check`], whose documentation is the whole
+//! mapping.
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule, CUstream};
 use offload_core::{Error, Result};
@@ -45,8 +43,13 @@ pub const LAUNCH_OUT_OF_RESOURCES: c_int = 701;
 /// statuses (out of resources, peer access, host registration, a cooperative launch too
 /// large) fail only their call.
 pub fn is_sticky(status: c_int) -> bool {
-    matches!(status, 700 | 702 | 710 | 714..=719)
+    // 214: an uncorrectable ECC error; 999: an unknown error (the driver's own state is in
+    // doubt): both leave the context unusable too.
+    matches!(status, 214 | 700 | 702 | 710 | 714..=719 | 999)
 }
+
+/// `CUDA_ERROR_NOT_FOUND`: a named kernel or global is not in the module.
+const NOT_FOUND: c_int = 500;
 /// `CUDA_ERROR_INSUFFICIENT_DRIVER`
 const INSUFFICIENT_DRIVER: c_int = 35;
 /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH`
@@ -189,7 +192,20 @@ impl Driver {
         self.lib.path()
     }
 
-    /// Turns a status into a result; `call` names the driver call for the message.
+    /// Turns a status into a result; `call` names the driver call for the message, which
+    /// also carries the driver's name and description of the status. The whole mapping, by
+    /// status alone:
+    ///
+    /// - `SUCCESS`: `Ok`;
+    /// - `OUT_OF_MEMORY`: [`Error::OutOfMemory`];
+    /// - `STUB_LIBRARY` (the toolkit's stub), `NO_DEVICE`, `NOT_INITIALIZED`,
+    ///   `INSUFFICIENT_DRIVER`, `SYSTEM_DRIVER_MISMATCH`: [`Error::NoDevice`], in plain words;
+    /// - `NOT_FOUND`: [`Error::NotFound`] (no such kernel or global in the module; every other
+    ///   failure of those lookups keeps its own kind);
+    /// - the sticky statuses ([`is_sticky`]: illegal address, trap, launch failure or timeout,
+    ///   hardware and ECC errors, unknown): [`Error::DeviceFailure`], the context is unusable;
+    /// - `LAUNCH_OUT_OF_RESOURCES`: [`Error::Driver`] saying to launch smaller blocks;
+    /// - anything else: [`Error::Driver`] with the code.
     pub fn check(&self, status: c_int, call: &str) -> Result<()> {
         if status == SUCCESS {
             return Ok(());
@@ -209,6 +225,7 @@ impl Driver {
         };
         Err(match status {
             OUT_OF_MEMORY => Error::OutOfMemory(format!("{call}: {detail}")),
+            NOT_FOUND => Error::NotFound(format!("{call}: {detail}")),
             STUB_LIBRARY => Error::NoDevice(format!(
                 "'{}' is the CUDA toolkit's stub library, not a driver ({call}: {detail}); install \
                  the NVIDIA driver",
@@ -289,6 +306,34 @@ pub mod jit_option {
 #[cfg(test)]
 mod tests {
     use cudarc::driver::sys::{CUdevice_attribute, CUjit_option};
+
+    #[test]
+    fn sticky_statuses_are_those_that_leave_the_context_unusable() {
+        use cudarc::driver::sys::cudaError_enum as E;
+        for e in [
+            E::CUDA_ERROR_ECC_UNCORRECTABLE,
+            E::CUDA_ERROR_ILLEGAL_ADDRESS,
+            E::CUDA_ERROR_LAUNCH_TIMEOUT,
+            E::CUDA_ERROR_HARDWARE_STACK_ERROR,
+            E::CUDA_ERROR_ILLEGAL_INSTRUCTION,
+            E::CUDA_ERROR_MISALIGNED_ADDRESS,
+            E::CUDA_ERROR_INVALID_ADDRESS_SPACE,
+            E::CUDA_ERROR_INVALID_PC,
+            E::CUDA_ERROR_LAUNCH_FAILED,
+            E::CUDA_ERROR_UNKNOWN,
+        ] {
+            assert!(super::is_sticky(e as i32), "{e:?}");
+        }
+        for e in [
+            E::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+            E::CUDA_ERROR_NOT_FOUND,
+            E::CUDA_ERROR_OUT_OF_MEMORY,
+            E::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+        ] {
+            assert!(!super::is_sticky(e as i32), "{e:?}");
+        }
+        assert_eq!(super::NOT_FOUND, E::CUDA_ERROR_NOT_FOUND as i32);
+    }
 
     /// The constants here are cudarc's (the enums they stand for must not drift).
     #[test]

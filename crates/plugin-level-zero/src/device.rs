@@ -575,7 +575,7 @@ impl DeviceBackend for ZeDevice {
             self.ze
                 .zeKernelCreate(program.module.handle, &desc, &mut kernel)
         }
-        .map_err(|e| Error::NotFound(format!("kernel '{name}' in the module: {}", e.message())))?;
+        .map_err(|e| e.context(format!("kernel '{name}' in the module")))?;
         let mut props = ze::KernelProperties {
             stype: ze::stype::KERNEL_PROPERTIES,
             next: std::ptr::null_mut(),
@@ -697,7 +697,7 @@ impl DeviceBackend for ZeDevice {
             self.ze
                 .zeModuleGetGlobalPointer(program.module.handle, c.as_ptr(), &mut size, &mut ptr)
         }
-        .map_err(|e| Error::NotFound(format!("global '{name}' in the module: {}", e.message())))?;
+        .map_err(|e| e.context(format!("global '{name}' in the module")))?;
         Ok(GlobalSymbol {
             ptr: DevicePtr(ptr as u64),
             size: size as u64,

@@ -103,6 +103,13 @@ pub mod result {
     pub const UNSUPPORTED_FEATURE: i32 = 0x7800_0003;
     /// `ZE_RESULT_ERROR_INVALID_NATIVE_BINARY`
     pub const INVALID_NATIVE_BINARY: i32 = 0x7800_000f;
+    /// `ZE_RESULT_ERROR_UNSUPPORTED_SIZE` (an allocation above the device's
+    /// `maxMemAllocSize`, among others)
+    pub const UNSUPPORTED_SIZE: i32 = 0x7800_0009;
+    /// `ZE_RESULT_ERROR_INVALID_GLOBAL_NAME`
+    pub const INVALID_GLOBAL_NAME: i32 = 0x7800_0010;
+    /// `ZE_RESULT_ERROR_INVALID_KERNEL_NAME`
+    pub const INVALID_KERNEL_NAME: i32 = 0x7800_0011;
 }
 
 /// The name `ze_api.h` gives a status.
@@ -146,6 +153,11 @@ pub fn result_name(status: c_int) -> String {
         0x7800_0018 => "ZE_RESULT_ERROR_INVALID_MODULE_UNLINKED",
         0x7800_0019 => "ZE_RESULT_ERROR_INVALID_COMMAND_LIST_TYPE",
         0x7800_001a => "ZE_RESULT_ERROR_OVERLAPPING_REGIONS",
+        0x7800_001b => "ZE_RESULT_WARNING_ACTION_REQUIRED",
+        0x7002_0001 => "ZE_RESULT_WARNING_DROPPED_DATA",
+        0x7ff0_0001 => "ZE_RESULT_EXP_ERROR_DEVICE_IS_NOT_VERTEX",
+        0x7ff0_0002 => "ZE_RESULT_EXP_ERROR_VERTEX_IS_NOT_DEVICE",
+        0x7ff0_0003 => "ZE_RESULT_EXP_ERROR_REMOTE_DEVICE",
         0x7fff_fffe => "ZE_RESULT_ERROR_UNKNOWN",
         other => return format!("ze_result_t {other:#x}"),
     };
@@ -160,7 +172,9 @@ pub fn result_name(status: c_int) -> String {
 /// - `MODULE_BUILD_FAILURE`, `MODULE_LINK_FAILURE`, `INVALID_NATIVE_BINARY`:
 ///   [`Error::InvalidImage`] (the caller adds the build log);
 /// - `UNINITIALIZED`: [`Error::NoDevice`];
-/// - `UNSUPPORTED_VERSION`, `UNSUPPORTED_FEATURE`: [`Error::Unsupported`];
+/// - `UNSUPPORTED_VERSION`, `UNSUPPORTED_FEATURE`, `UNSUPPORTED_SIZE`: [`Error::Unsupported`];
+/// - `INVALID_KERNEL_NAME`, `INVALID_GLOBAL_NAME`: [`Error::NotFound`] (no such kernel or
+///   global in the module; every other failure of those lookups keeps its own kind);
 /// - anything else: [`Error::Driver`] with the code.
 pub fn error_of(status: c_int, call: &str) -> Error {
     use result::*;
@@ -174,7 +188,8 @@ pub fn error_of(status: c_int, call: &str) -> Error {
             Error::InvalidImage(text)
         }
         UNINITIALIZED => Error::NoDevice(text),
-        UNSUPPORTED_VERSION | UNSUPPORTED_FEATURE => Error::Unsupported(text),
+        UNSUPPORTED_VERSION | UNSUPPORTED_FEATURE | UNSUPPORTED_SIZE => Error::Unsupported(text),
+        INVALID_KERNEL_NAME | INVALID_GLOBAL_NAME => Error::NotFound(text),
         code => Error::Driver {
             code: i64::from(code),
             message: format!("{text} failed"),
@@ -728,5 +743,21 @@ mod tests {
             e => panic!("{e:?}"),
         }
         assert_eq!(result_name(0x1234), "ze_result_t 0x1234");
+        // Only "no such name" is NotFound: a lookup that fails otherwise keeps its kind.
+        for status in [INVALID_KERNEL_NAME, INVALID_GLOBAL_NAME] {
+            assert!(matches!(
+                error_of(status, "zeKernelCreate"),
+                Error::NotFound(_)
+            ));
+        }
+        assert!(matches!(
+            error_of(DEVICE_LOST, "zeKernelCreate"),
+            Error::DeviceFailure(_)
+        ));
+        assert!(matches!(
+            error_of(UNSUPPORTED_SIZE, "zeMemAllocDevice"),
+            Error::Unsupported(_)
+        ));
+        assert_eq!(result_name(0x7002_0001), "ZE_RESULT_WARNING_DROPPED_DATA");
     }
 }
