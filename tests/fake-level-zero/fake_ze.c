@@ -11,7 +11,8 @@
  *     reaches them (a signal that is no barrier, possibly before the work ahead of it);
  *   - modules: SPIR-V (its OpEntryPoint Kernel names and parameters are read; a kernel named
  *     `does_not_build` fails the build with a log) and native binaries (ELF machine 205, one
- *     `.text.<kernel>` section per kernel whose first word is its parameter count);
+ *     `.text.<kernel>` section per kernel whose first words are its parameter count and the mask
+ *     of its `__local` parameters);
  *   - kernels check every argument (index, size, `__local` pointers as a size with no value)
  *     and the group size; a kernel with parameters not all set is not launched;
  *   - `saxpy(n, a, x, y)`, `add_k(n, k, x)` and `reverse(in, out, __local tmp)` (each work-group
@@ -440,7 +441,8 @@ static int read_spirv_locked(const unsigned char *b, size_t len, struct module *
 }
 
 /* The kernels of a native binary: `.text.<kernel>` sections, each starting with its parameter
- * count. */
+ * count and the mask of its `__local` pointer parameters (what a real driver reads from the
+ * binary's .ze_info). */
 static int read_native(const unsigned char *b, size_t len, struct module *m) {
   struct elf e;
   struct elf_section names, s;
@@ -457,9 +459,12 @@ static int read_native(const unsigned char *b, size_t len, struct module *m) {
     if (strncmp(n, ".text.", 6) || s.size < 4)
       continue;
     snprintf(m->names[m->count], 64, "%s", n + 6);
-    uint32_t args;
+    uint32_t args, locals = 0;
     memcpy(&args, b + s.off, 4);
+    if (s.size >= 8)
+      memcpy(&locals, b + s.off + 4, 4);
     m->nargs[m->count] = args > MAX_ARGS ? MAX_ARGS : (int)args;
+    m->local_mask[m->count] = locals;
     m->count++;
   }
   return m->count > 0;

@@ -892,21 +892,27 @@ pub fn spirv(name: &str) -> Vec<u8> {
 }
 
 /// A zebin as Intel's compiler lays one out (64-bit little-endian ELF, `EM_INTELGT`, `ET_REL`,
-/// one `.text.<kernel>` section per kernel); each section's first word is the kernel's
-/// parameter count, which the fake Level Zero driver reads in place of real GPU code.
-pub fn synthetic_zebin(kernels: &[(&str, u32)]) -> Vec<u8> {
+/// one `.text.<kernel>` section per kernel, a `.ze_info` section when `ze_info` is given);
+/// each kernel is `(name, parameter count, mask of its __local parameters)`, the first words of
+/// its section, which the fake Level Zero driver reads in place of real GPU code.
+pub fn synthetic_zebin(kernels: &[(&str, u32, u32)], ze_info: Option<&str>) -> Vec<u8> {
     use object::write::Object;
     use object::{Architecture, BinaryFormat, Endianness, SectionKind};
     let mut obj = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
-    for (name, args) in kernels {
+    for (name, args, locals) in kernels {
         let section = obj.add_section(
             Vec::new(),
             format!(".text.{name}").into_bytes(),
             SectionKind::Text,
         );
         let mut code = args.to_le_bytes().to_vec();
-        code.extend_from_slice(&[0; 60]);
+        code.extend_from_slice(&locals.to_le_bytes());
+        code.extend_from_slice(&[0; 56]);
         obj.append_section_data(section, &code, 16);
+    }
+    if let Some(text) = ze_info {
+        let section = obj.add_section(Vec::new(), b".ze_info".to_vec(), SectionKind::Other);
+        obj.append_section_data(section, text.as_bytes(), 1);
     }
     let mut bytes = obj.write().unwrap();
     bytes[16..18].copy_from_slice(&1u16.to_le_bytes()); // ET_REL

@@ -124,7 +124,7 @@ fn spirv_images_are_classified_routed_and_checked() {
 
 #[test]
 fn zebins_are_checked_as_elf_and_their_kernels_read() {
-    let z = synthetic_zebin(&[("add_k", 3), ("saxpy", 4)]);
+    let z = synthetic_zebin(&[("add_k", 3, 0), ("saxpy", 4, 0)], None);
     match offload_core::classify(&z).unwrap() {
         ImageKind::Elf(info) => assert_eq!(info.machine, 205),
         other => panic!("{other:?}"),
@@ -136,7 +136,7 @@ fn zebins_are_checked_as_elf_and_their_kernels_read() {
     let e = zebin::kernels(&exe).unwrap_err().to_string();
     assert!(e.contains("e_type"), "{e}");
     // No kernel section.
-    let e = zebin::kernels(&synthetic_zebin(&[]))
+    let e = zebin::kernels(&synthetic_zebin(&[], None))
         .unwrap_err()
         .to_string();
     assert!(e.contains("no kernel"), "{e}");
@@ -158,7 +158,11 @@ fn mutants(good: &[u8], seed: u64, rounds: usize) -> (usize, usize) {
             b.truncate(len.max(1));
         }
         let checked = offload_core::classify(&b).and_then(|kind| match kind {
-            ImageKind::SpirV | ImageKind::Elf(_) => check_native(&b, &kind),
+            ImageKind::SpirV => check_native(&b, &kind),
+            // A zebin's .ze_info is read too (which parameters are `__local`).
+            ImageKind::Elf(_) => {
+                check_native(&b, &kind).and_then(|()| zebin::local_params(&b).map(drop))
+            }
             other => Err(offload_core::Error::InvalidImage(other.describe().into())),
         });
         match checked {
@@ -179,7 +183,14 @@ fn seeded_mutants_of_spirv_and_zebins_are_refused_or_accepted_never_a_crash() {
         ok > 0 && refused > 0,
         "SPIR-V: {ok} accepted, {refused} refused"
     );
-    let (ok, refused) = mutants(&synthetic_zebin(&[("add_k", 3)]), 0x2eb, 4000);
+    let ze_info = "version: '1.11'\nkernels:\n  - name: add_k\n    payload_arguments:\n      \
+                   - arg_type: arg_bypointer\n        arg_index: 2\n        addrmode: slm\n        \
+                   addrspace: local\n";
+    let (ok, refused) = mutants(
+        &synthetic_zebin(&[("add_k", 3, 4)], Some(ze_info)),
+        0x2eb,
+        4000,
+    );
     assert!(refused > 0, "zebin: {ok} accepted, {refused} refused");
 }
 

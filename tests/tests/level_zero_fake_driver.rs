@@ -308,7 +308,7 @@ fn a_native_binary_loads_and_runs() {
     let log = log_file("zebin");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
-    let zebin = synthetic_zebin(&[("add_k", 3), ("other", 1)]);
+    let zebin = synthetic_zebin(&[("add_k", 3, 0), ("other", 1, 0)], None);
     // Routed by its ELF machine.
     assert_eq!(rt.route(&zebin).unwrap().plugin_name(), "level-zero");
     let program = device.load(&zebin).unwrap();
@@ -353,6 +353,66 @@ fn a_native_binary_loads_and_runs() {
         "{lines:#?}"
     );
     assert_contracts_kept(&lines, "zebin");
+}
+
+#[test]
+fn a_native_binary_s_local_parameters_come_from_its_ze_info() {
+    // A zebin carries no SPIR-V to read: which parameters are `__local` pointers (a size for
+    // the driver, no value) is said by its .ze_info; passing the size as a value would give
+    // the kernel a 4-byte local buffer.
+    let ze_info = "version: '1.11'\nkernels:\n  - name: reverse\n    payload_arguments:\n      \
+                   - arg_type: arg_bypointer\n        arg_index: 0\n        addrspace: global\n      \
+                   - arg_type: arg_bypointer\n        arg_index: 1\n        addrspace: global\n      \
+                   - arg_type: arg_bypointer\n        arg_index: 2\n        addrmode: slm\n        \
+                   addrspace: local\n";
+    let log = log_file("zebin-local");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("level-zero", 0).unwrap();
+    let program = device
+        .load(&synthetic_zebin(&[("reverse", 3, 0b100)], Some(ze_info)))
+        .unwrap();
+    let k = program.kernel("reverse").unwrap();
+    let (groups, l) = (4usize, 64usize);
+    let input: Vec<u32> = (0..(groups * l) as u32).collect();
+    let inb = device.upload(&input).unwrap();
+    let out = device.alloc::<u32>(groups * l).unwrap();
+    let dims = LaunchDims::linear(groups as u32, l as u32);
+    let launch = |local: KernelArg| {
+        // SAFETY: both buffers hold groups * l words, all the kernel touches.
+        unsafe {
+            program.launch(
+                &k,
+                &dims,
+                &[KernelArg::Ptr(inb.ptr()), KernelArg::Ptr(out.ptr()), local],
+            )
+        }
+    };
+    launch(KernelArg::U32((l * 4) as u32)).unwrap();
+    let got = out.to_vec().unwrap();
+    for g in 0..groups {
+        for i in 0..l {
+            assert_eq!(
+                got[g * l + i],
+                input[g * l + l - 1 - i],
+                "group {g} item {i}"
+            );
+        }
+    }
+    let e = launch(KernelArg::U32(0)).unwrap_err().to_string();
+    assert!(
+        e.contains("argument 2 is a `__local` pointer") && e.contains("not 0"),
+        "{e}"
+    );
+    drop((inb, out, k, program));
+    drop(rt);
+    let lines = log_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("launch reverse") && l.ends_with(",local:256")),
+        "{lines:#?}"
+    );
+    assert_contracts_kept(&lines, "zebin local parameters");
 }
 
 #[test]
@@ -469,6 +529,16 @@ fn memory_kinds_work_as_kernel_arguments_and_out_of_memory_names_the_call() {
     let e = device.alloc::<u8>(4 << 20).unwrap_err();
     assert!(matches!(e, offload::Error::OutOfMemory(_)), "{e:?}");
     assert!(e.to_string().contains("zeMemAllocDevice"), "{e}");
+    // Above the device's largest single allocation (the fake says 4 GiB): refused with both
+    // numbers before the driver sees it.
+    let e = device.alloc::<u8>((4 << 30) + 1).unwrap_err();
+    assert!(matches!(e, offload::Error::OutOfMemory(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("4294967297 bytes in one allocation")
+            && e.to_string()
+                .contains("at most 4294967296 bytes at once (maxMemAllocSize)"),
+        "{e}"
+    );
     drop((add, program));
     drop(rt);
     assert_contracts_kept(&log_lines(&log), "memory");

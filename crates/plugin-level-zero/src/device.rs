@@ -167,6 +167,8 @@ pub struct Program {
     module: Arc<Module>,
     /// The SPIR-V module's kernels and parameters (for native binaries: none).
     spirv: Option<spirv::Module>,
+    /// A native binary's `__local` pointer parameters by kernel, from its `.ze_info`.
+    native_locals: std::collections::BTreeMap<String, Vec<u32>>,
 }
 
 impl std::fmt::Debug for Program {
@@ -181,8 +183,9 @@ pub struct Kernel {
     /// Kept until the kernel object is destroyed.
     _module: Arc<Module>,
     kernel: Handle,
-    /// Its parameters, when the image says them (SPIR-V).
-    params: Option<Vec<Param>>,
+    /// Which of its parameters are `__local` pointers (passed to the driver as a size with no value):
+    /// from the SPIR-V parameters, or a native binary's `.ze_info`.
+    locals: Vec<u32>,
     /// How many parameters the driver says it has.
     arg_count: u32,
     /// `reqd_work_group_size`, or zeros.
@@ -220,6 +223,8 @@ pub struct ZeDevice {
     next_queue: std::sync::atomic::AtomicU32,
     info: DeviceInfo,
     max_shared: u32,
+    /// The largest single allocation (`maxMemAllocSize`; 0 if the driver does not say).
+    max_alloc: u64,
     own: Mutex<Option<Arc<Stream>>>,
 }
 
@@ -355,6 +360,7 @@ impl ZeDevice {
             next_queue: std::sync::atomic::AtomicU32::new(0),
             info,
             max_shared: compute.max_shared_local_memory,
+            max_alloc: props.max_mem_alloc_size,
             own: Mutex::new(None),
         })
     }
@@ -502,10 +508,12 @@ impl DeviceBackend for ZeDevice {
     }
 
     fn load(&self, image: &[u8], kind: &ImageKind) -> Result<Program> {
+        let mut native_locals = Default::default();
         let (format, spirv) = match kind {
             ImageKind::SpirV => (ze::MODULE_FORMAT_SPIRV, Some(spirv::parse(image)?)),
             ImageKind::Elf(_) => {
                 crate::zebin::kernels(image)?;
+                native_locals = crate::zebin::local_params(image)?.unwrap_or_default();
                 (ze::MODULE_FORMAT_NATIVE, None)
             }
             other => {
@@ -545,6 +553,7 @@ impl DeviceBackend for ZeDevice {
                     handle: module,
                 }),
                 spirv,
+                native_locals,
             }),
             Err(e) if text.is_empty() => Err(e),
             Err(e) => Err(e.context(format!("the driver's build log: {text}"))),
@@ -594,7 +603,14 @@ impl DeviceBackend for ZeDevice {
             ze: self.ze.clone(),
             _module: program.module.clone(),
             kernel,
-            params: params.clone(),
+            locals: match &params {
+                Some(p) => (0u32..)
+                    .zip(p)
+                    .filter(|(_, p)| **p == Param::Local)
+                    .map(|(i, _)| i)
+                    .collect(),
+                None => program.native_locals.get(name).cloned().unwrap_or_default(),
+            },
             arg_count: 0,
             required_group_size: [0; 3],
             local_mem: 0,
@@ -664,19 +680,18 @@ impl DeviceBackend for ZeDevice {
             )));
         }
         let mut local = u64::from(kernel.local_mem);
-        if let Some(params) = &kernel.params {
-            for (i, (p, a)) in params.iter().zip(args).enumerate() {
-                if *p == Param::Local {
-                    let size = a.integer().unwrap_or(-1);
-                    if size <= 0 {
-                        return Err(Error::InvalidArgument(format!(
-                            "kernel '{name}' argument {i} is a `__local` pointer: the launch \
-                             passes its size in bytes, a positive number, not {size}"
-                        )));
-                    }
-                    local += size as u64;
-                }
+        for &i in &kernel.locals {
+            let size = args
+                .get(i as usize)
+                .and_then(KernelArg::integer)
+                .unwrap_or(-1);
+            if size <= 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel '{name}' argument {i} is a `__local` pointer: the launch passes its \
+                     size in bytes, a positive number, not {size}"
+                )));
             }
+            local += size as u64;
         }
         if local > u64::from(self.max_shared) {
             return Err(Error::InvalidArgument(format!(
@@ -707,6 +722,14 @@ impl DeviceBackend for ZeDevice {
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
         let bytes = usize::try_from(size)
             .map_err(|_| Error::OutOfMemory(format!("{size} bytes cannot be allocated here")))?;
+        if self.max_alloc > 0 && size > self.max_alloc && kind != MemoryKind::Host {
+            // The driver refuses it (ZE_RESULT_ERROR_UNSUPPORTED_SIZE) without saying why.
+            return Err(Error::OutOfMemory(format!(
+                "{} bytes in one allocation: {} allocates at most {} bytes at once \
+                 (maxMemAllocSize); split the buffer",
+                size, self.info.name, self.max_alloc
+            )));
+        }
         let device_desc = ze::DeviceMemAllocDesc {
             stype: ze::stype::DEVICE_MEM_ALLOC_DESC,
             next: std::ptr::null(),
@@ -877,11 +900,7 @@ impl ZeDevice {
                             dims.block[2],
                         )?;
                         for (i, a) in args.iter().enumerate() {
-                            let local = kernel
-                                .params
-                                .as_ref()
-                                .is_some_and(|p| p.get(i) == Some(&Param::Local));
-                            if local {
+                            if kernel.locals.contains(&(i as u32)) {
                                 // A `__local` pointer: its size, no value.
                                 let size = a.integer().unwrap_or(0) as usize;
                                 ze.zeKernelSetArgumentValue(
