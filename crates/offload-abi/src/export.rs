@@ -46,10 +46,7 @@ pub fn entry(
     slot: &Mutex<Option<&'static PluginTable>>,
     ctor: impl FnOnce() -> Box<dyn GenericPlugin>,
 ) -> *const PluginTable {
-    let mut slot = match slot.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    };
+    let mut slot = offload_core::sync::lock(slot);
     if let Some(table) = *slot {
         return table;
     }

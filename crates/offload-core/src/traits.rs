@@ -4,8 +4,9 @@
 //! them with `offload_abi::export_plugin!`. The runtime loads the library and gets the same traits
 //! back through `offload_abi::loader`, so both sides only ever hold `dyn GenericPlugin` and
 //! `dyn GenericDevice`. Checks common to every backend (device index in range, launch shape
-//! within the device's limits, null pointers, empty images) are done once in the ABI layer
-//! before a backend method is called, so backends implement only their own part.
+//! within the device's limits, null pointers, empty images) are done once by [`crate::checked`],
+//! which wraps every plugin, exported or linked in, before a backend method is called, so
+//! backends implement only their own part.
 
 use crate::error::Result;
 use crate::jit::JitService;
@@ -30,7 +31,7 @@ pub trait GenericPlugin: Send + Sync {
     fn target_triple(&self) -> &str;
 
     /// Initialises the backend (loads the driver, enumerates devices) and returns the number of
-    /// devices. Called at most once by the ABI layer; a missing driver is `Ok(0)` or an error
+    /// devices. Called at most once ([`crate::checked`] keeps the outcome); a missing driver is `Ok(0)` or an error
     /// that says why, never a panic.
     fn init(&self) -> Result<usize>;
 
@@ -50,7 +51,7 @@ pub trait GenericPlugin: Send + Sync {
         ]
     }
 
-    /// Device `index` (`0..init()`). The ABI layer checks the range before calling.
+    /// Device `index` (`0..init()`). [`crate::checked`] checks the range before calling.
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>>;
 
     /// Facts about the plugin for users (`offload info`): which driver library it loaded,
