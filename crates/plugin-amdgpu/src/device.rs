@@ -199,7 +199,9 @@ impl HsaQueue {
                     .check(status, "the device's queue")
                     .err()
                     .unwrap_or_else(|| Error::DeviceFailure(format!("queue status {status:#x}")))
-                    .context("the GPU reported an error while running work (a memory fault, a trap, or an illegal instruction); the queue is unusable"),
+                    // The runtime's status says what went wrong (a memory fault, a trap, an
+                    // illegal instruction, too much LDS, a bad packet...); not guessed here.
+                    .context("the GPU reported an error while running the queue's work; the queue is unusable"),
             ),
         }
     }
