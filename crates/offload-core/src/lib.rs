@@ -30,7 +30,6 @@ pub mod fs;
 pub mod image;
 pub mod jit;
 pub mod panic;
-pub mod params;
 pub mod rand;
 pub mod sync;
 pub mod text;

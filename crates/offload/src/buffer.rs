@@ -6,7 +6,7 @@
 //! same views are kernel arguments ([`crate::Launch::arg`]): a mutable view (or `&mut` buffer)
 //! where the kernel writes, a shared one where it only reads.
 
-use offload_core::params::CType;
+use crate::params::CType;
 use offload_core::{DevicePtr, Error, GenericDevice, KernelArg, Result};
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};

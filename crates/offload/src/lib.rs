@@ -47,13 +47,14 @@ pub mod diagnostics;
 mod discovery;
 mod json;
 mod launch;
+pub mod params;
 mod queue;
 mod runtime;
 mod typed;
 
+pub use crate::params::{CType, KernelParams, Param, ParamKind, Pointer};
 pub use buffer::{BufferView, BufferViewMut, HostBuffer};
 pub use launch::{KernelArgument, Launch, LaunchQueue};
-pub use offload_core::params::{CType, KernelParams, Param, ParamKind, Pointer};
 pub use typed::{In, Out, ParamType, ParamTypes, TypedKernel};
 
 pub use discovery::{

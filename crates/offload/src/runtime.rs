@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use crate::buffer::{DeviceBuffer, DeviceCopy};
-use offload_core::params::{KernelParams, MAX_PARAMS_TEXT, PARAMS_PREFIX};
+use crate::params::{KernelParams, MAX_PARAMS_TEXT, PARAMS_PREFIX};
 use offload_core::sync::lock;
 
 /// The process's JIT client: one per process, shared by every runtime and every plugin, so a

@@ -8,8 +8,8 @@
 use crate::LaunchQueue;
 use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::launch::Launch;
+use crate::params::{CType, ParamKind};
 use crate::runtime::Kernel;
-use offload_core::params::{CType, ParamKind};
 use offload_core::{Error, LaunchDims, Result};
 use std::marker::PhantomData;
 

@@ -721,7 +721,7 @@ fn primary(p: &mut Parser<'_>, earlier: &[Param]) -> Result<Expr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rand::XorShift;
+    use offload_core::rand::XorShift;
 
     fn ptr(p: &Param) -> &Pointer {
         match &p.kind {
