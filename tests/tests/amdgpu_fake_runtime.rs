@@ -922,7 +922,7 @@ fn local_pointer_arguments_get_lds_of_the_size_the_launch_passes() {
            __builtin_amdgcn_s_barrier();\n\
            if (i < (unsigned)n) y[i] = tmp[n - 1 - i]; }\n",
     );
-    let run = |tag: &str, tmp: &str, shared: &str| {
+    let run_image = |image: &Path, tag: &str, tmp: &str, shared: &str| {
         let log = log_file(tag);
         let out = with_fake(
             &[
@@ -946,6 +946,7 @@ fn local_pointer_arguments_get_lds_of_the_size_the_launch_passes() {
         );
         (out, log_lines(&log))
     };
+    let run = |tag: &str, tmp: &str, shared: &str| run_image(&image, tag, tmp, shared);
     // 256 bytes for `tmp` after 100 bytes of dynamic shared memory: its offset is 100 rounded
     // up to the argument's 4-byte alignment, and the work-group has 356 bytes of LDS.
     let (out, lines) = run("lds-ok", "u32:256", "100");
@@ -955,6 +956,16 @@ fn local_pointer_arguments_get_lds_of_the_size_the_launch_passes() {
         .find(|l| l.starts_with("dispatch lds"))
         .expect("dispatched");
     assert!(dispatch.contains("group=356 "), "{dispatch}");
+    // The same kernel as bitcode, compiled at load: the JIT's signature calls the LDS pointer a
+    // size too (LLVM says `ptr addrspace(3)`), so the same launch runs.
+    let (out, jit_lines) = run_image(&image.with_extension("bc"), "lds-jit", "u32:256", "100");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        jit_lines
+            .iter()
+            .any(|l| l.starts_with("dispatch lds") && l.contains("group=356 ")),
+        "{jit_lines:#?}"
+    );
     let kernarg = dispatch.split("kernarg=").nth(1).unwrap();
     // n at 0 (64), tmp's LDS offset at 4 (100), y at 8.
     assert_eq!(

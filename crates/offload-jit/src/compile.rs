@@ -301,6 +301,12 @@ fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
                 .map(|p| match p {
                     T::IntType(i) if i.get_bit_width() == 32 => ParamType::I32,
                     T::IntType(i) if i.get_bit_width() == 64 => ParamType::I64,
+                    // A pointer to work-group memory (address space 3: amdgcn's LDS, SPIR's
+                    // `__local`): the AMD and Level Zero backends take its size from the launch
+                    // and place the memory themselves, so the launch passes a 32-bit size.
+                    T::PointerType(p) if p.get_address_space() == LOCAL_ADDRESS_SPACE.into() => {
+                        ParamType::I32
+                    }
                     T::PointerType(_) => ParamType::Ptr,
                     T::FloatType(t) => match t.print_to_string().to_string_lossy().as_ref() {
                         "float" => ParamType::F32,
@@ -315,6 +321,9 @@ fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
         })
         .collect()
 }
+
+/// LLVM's address space of work-group memory on amdgcn and SPIR-V (`__local`, LDS).
+const LOCAL_ADDRESS_SPACE: u16 = 3;
 
 unsafe extern "C" {
     /// `cpp/work_groups/`: adds `__offload_wg_<kernel>` work-group functions.
