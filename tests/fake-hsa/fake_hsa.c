@@ -15,7 +15,8 @@
  *   - work is asynchronous: a queue's packets run on its own thread and copies on a DMA thread,
  *     later than they were submitted, each completion signal decremented when done, so a
  *     missing wait or memory freed under queued work shows ("use-after-free", wrong reads);
- *   - memory the runtime allocated cannot be locked ("lock-of-hsa-memory", as ROCr);
+ *   - memory the runtime allocated cannot be locked ("lock-of-hsa-memory", as ROCr), nor
+ *     read-only pages ("lock-refused", as the kernel driver registers host memory for writing);
  *   - faults as ROCr reports them: FAKE_HSA_FAULT=name:memory calls the system event handlers
  *     and aborts the process unless one returns success; name:queue calls the queue's error
  *     callback; more than 64 KiB of LDS is a queue error; a stopped queue completes nothing.
@@ -280,9 +281,33 @@ hsa_status_t hsa_amd_agents_allow_access(uint32_t n, const hsa_agent_t *agents, 
   return a ? HSA_STATUS_SUCCESS : HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }
 
+/* Whether the page at `p` is writable (/proc/self/maps): the kernel driver registers locked
+ * host memory for writing, so read-only pages (constants, .rodata) cannot be locked. */
+static int writable(uintptr_t p) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f)
+    return 1;
+  char line[512];
+  int w = 1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && p >= lo && p < hi) {
+      w = perms[1] == 'w';
+      break;
+    }
+  }
+  fclose(f);
+  return w;
+}
+
 hsa_status_t hsa_amd_memory_lock(void *host, size_t size, hsa_agent_t *agents, int n, void **agent_ptr) {
   (void)agents, (void)n;
   NEED_INIT;
+  if (!writable((uintptr_t)host)) {
+    say("lock-refused read-only 0x%lx\n", (unsigned long)(uintptr_t)host);
+    return HSA_STATUS_ERROR;
+  }
   pthread_mutex_lock(&lock);
   struct allocation *hsa = find((uintptr_t)host, size ? size : 1);
   if (hsa && !hsa->locked) {

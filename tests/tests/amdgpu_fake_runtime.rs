@@ -912,6 +912,40 @@ fn copies_of_one_host_buffer_from_several_threads_keep_it_locked_until_the_last_
     );
 }
 
+/// Constants in read-only pages, as a program's tables are.
+static READ_ONLY_TABLE: [u32; 2048] = {
+    let mut t = [0u32; 2048];
+    let mut i = 0;
+    while i < 2048 {
+        t[i] = (i as u32).wrapping_mul(2654435761);
+        i += 1;
+    }
+    t
+};
+
+#[test]
+fn copies_from_read_only_memory_go_through_a_staging_buffer() {
+    // The runtime cannot lock read-only pages (the fake refuses as the kernel driver does):
+    // such a source is copied through pinned memory; the result is the same.
+    let log = log_file("hsa-read-only");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("amdgpu", 0).unwrap();
+    let dbuf = device.alloc::<u32>(2048).unwrap();
+    dbuf.write(&READ_ONLY_TABLE).unwrap();
+    assert_eq!(dbuf.to_vec().unwrap(), READ_ONLY_TABLE);
+    drop(dbuf);
+    drop(device);
+    drop(rt);
+    let lines = log_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("lock-refused read-only")),
+        "the table was expected in read-only pages: {lines:#?}"
+    );
+    assert_contracts_kept(&lines, "a read-only source");
+}
+
 #[test]
 fn local_pointer_arguments_get_lds_of_the_size_the_launch_passes() {
     let image = opencl_code_object(

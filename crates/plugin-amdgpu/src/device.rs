@@ -503,11 +503,15 @@ impl AmdDevice {
     /// if it is not yet; memory this plugin has locked for this agent (another thread's copy)
     /// is used under that lock, counted, so that it stays locked until the last such copy has
     /// finished; memory locked by someone else (the application) is used if this agent may
-    /// reach it; other memory is locked for the copy and unlocked after it.
+    /// reach it; other memory is locked for the copy and unlocked after it. Memory the runtime
+    /// cannot lock (read-only pages: the kernel driver registers host memory for writing) is
+    /// the source of a copy to the device through a pinned staging buffer (`source`); as a
+    /// destination it is an error.
     fn with_locked<T>(
         &self,
         host: *mut c_void,
         len: usize,
+        source: bool,
         f: impl FnOnce(*mut c_void) -> Result<T>,
     ) -> Result<T> {
         let start = host as usize;
@@ -569,10 +573,25 @@ impl AmdDevice {
             let mut agent_ptr: *mut c_void = std::ptr::null_mut();
             // SAFETY: `host` is valid for `len` bytes (the copy's contract); unlocked by the
             // last copy that uses the lock.
-            unsafe {
+            let locked = unsafe {
                 self.hsa
-                    .hsa_amd_memory_lock(host, len, &mut agent, 1, &mut agent_ptr)?
+                    .hsa_amd_memory_lock(host, len, &mut agent, 1, &mut agent_ptr)
             };
+            if let Err(e) = locked {
+                drop(locks);
+                if !source {
+                    return Err(e.context(format!(
+                        "the host memory at {host:p} ({len} bytes) to copy into cannot be locked"
+                    )));
+                }
+                return self.staged(host, len, f).map_err(|staging| {
+                    e.context(format!(
+                        "the host memory at {host:p} ({len} bytes) cannot be locked, nor \
+                         staged ({})",
+                        staging.message()
+                    ))
+                })?;
+            }
             locks.push(HostLock {
                 start,
                 end,
@@ -597,6 +616,34 @@ impl AmdDevice {
                 HOST_UNLOCKED.notify_all();
             }
         }
+        out
+    }
+
+    /// Runs `f` on a pinned copy of `host..host+len` (the source of a copy to the device), in
+    /// memory of the CPU's pool made accessible to the agent, freed after. The outer error is
+    /// the staging's own; the inner, `f`'s.
+    fn staged<T>(
+        &self,
+        host: *mut c_void,
+        len: usize,
+        f: impl FnOnce(*mut c_void) -> Result<T>,
+    ) -> Result<Result<T>> {
+        let mut staging: *mut c_void = std::ptr::null_mut();
+        // SAFETY: live out-pointer.
+        unsafe {
+            self.hsa
+                .hsa_amd_memory_pool_allocate(self.pools.host, len, 0, &mut staging)?
+        };
+        // SAFETY: the allocation just made; `host` is readable for `len` bytes (the copy's
+        // contract) and does not overlap it.
+        let ready = unsafe {
+            self.hsa
+                .hsa_amd_agents_allow_access(1, &self.agent, std::ptr::null(), staging)
+                .map(|()| std::ptr::copy_nonoverlapping(host.cast::<u8>(), staging.cast(), len))
+        };
+        let out = ready.map(|()| f(staging));
+        // SAFETY: the copy has completed (or failed before starting): nothing reads it.
+        let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(staging) };
         out
     }
 
@@ -1198,12 +1245,16 @@ impl DeviceBackend for AmdDevice {
             return Err(e);
         }
         match op {
-            Op::CopyToDevice { dst, src, len } => self.with_locked(src.0.cast(), len, |host| {
-                self.dma(dst.0 as *mut c_void, self.agent, host, self.cpu, len)
-            }),
-            Op::CopyFromDevice { dst, src, len } => self.with_locked(dst.0.cast(), len, |host| {
-                self.dma(host, self.cpu, src.0 as *const c_void, self.agent, len)
-            }),
+            Op::CopyToDevice { dst, src, len } => {
+                self.with_locked(src.0.cast(), len, true, |host| {
+                    self.dma(dst.0 as *mut c_void, self.agent, host, self.cpu, len)
+                })
+            }
+            Op::CopyFromDevice { dst, src, len } => {
+                self.with_locked(dst.0.cast(), len, false, |host| {
+                    self.dma(host, self.cpu, src.0 as *const c_void, self.agent, len)
+                })
+            }
             Op::CopyDeviceToDevice { dst, src, len } => {
                 let len = usize::try_from(len).map_err(|_| {
                     Error::InvalidArgument(format!("{len} bytes cannot be copied here"))
