@@ -707,11 +707,7 @@ pub fn host_results(
 /// The runtime of a check binary: the plugins (and the JIT worker, `offload`, ld.lld) next to
 /// its executable, each plugin's state printed; and that directory.
 pub fn runtime_beside_exe() -> Result<(std::path::PathBuf, offload::Runtime), String> {
-    let exe_dir = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .parent()
-        .ok_or("no executable directory")?
-        .to_path_buf();
+    let exe_dir = offload_core::fs::exe_dir().ok_or("no executable directory")?;
     let runtime = offload::Runtime::with_plugin_dirs(std::slice::from_ref(&exe_dir), None);
     for slot in runtime.plugins() {
         println!("plugin   {:6} {}", slot.name(), slot.status().label());

@@ -109,6 +109,25 @@ pub fn this_library_dir() -> Option<std::path::PathBuf> {
     file.parent().map(Path::to_path_buf)
 }
 
+/// The directory of the running executable, if the system says.
+pub fn exe_dir() -> Option<std::path::PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+}
+
+/// The directories of `PATH`, in order: the absolute ones only (a relative entry would find
+/// tools by the current directory, which a caller does not choose).
+pub fn path_dirs() -> Vec<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .filter(|d| d.is_absolute())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The file name, as the dynamic loader recorded it (`dladdr`), of the loaded object (shared
 /// library or executable) whose mapping holds the address `addr`; `None` where no loaded
 /// object holds it or the loader records no name. Any address may be asked about: nothing is

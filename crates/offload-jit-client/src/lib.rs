@@ -187,18 +187,10 @@ impl JitClient {
             });
         }
         let mut tried = Vec::new();
-        let exe_dir = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf));
+        let exe_dir = offload_core::fs::exe_dir();
         let dirs = lock(&self.search_dirs).clone();
         let path_dirs: Vec<PathBuf> = if name == WORKER_NAME {
-            std::env::var_os("PATH")
-                .map(|p| {
-                    std::env::split_paths(&p)
-                        .filter(|d| d.is_absolute())
-                        .collect()
-                })
-                .unwrap_or_default()
+            offload_core::fs::path_dirs()
         } else {
             Vec::new()
         };

@@ -57,9 +57,10 @@ pub fn find() -> Result<Option<Ptxas>> {
             ))
         });
     }
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("ptxas")).collect())
-        .unwrap_or_default();
+    let mut candidates: Vec<PathBuf> = offload_core::fs::path_dirs()
+        .into_iter()
+        .map(|d| d.join("ptxas"))
+        .collect();
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Some(dir) = std::env::var_os(var) {
             candidates.push(PathBuf::from(dir).join("bin/ptxas"));

@@ -20,9 +20,7 @@ pub const ENV_TRUST: &str = "OFFLOAD_TRUST_PLUGIN_DIRS";
 /// `../lib` next to it. A relative entry, or a value that is not Unicode, is an error naming
 /// the variable.
 pub fn default_plugin_dirs() -> Result<Vec<PathBuf>> {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let exe_dir = offload_core::fs::exe_dir();
     let mut dirs = plugin_path_entries()?;
     dirs.extend(dirs_beside(exe_dir.as_deref()));
     Ok(dirs)

@@ -24,12 +24,7 @@ pub fn probe_path() -> Option<&'static PathBuf> {
     static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
     PATH.get_or_init(|| {
         let mut dirs: Vec<PathBuf> = offload_core::fs::this_library_dir().into_iter().collect();
-        if let Some(dir) = std::env::current_exe()
-            .ok()
-            .and_then(|e| e.parent().map(PathBuf::from))
-        {
-            dirs.push(dir);
-        }
+        dirs.extend(offload_core::fs::exe_dir());
         dirs.into_iter()
             .map(|d| d.join(PROBE))
             .find(|p| p.is_file())

@@ -46,8 +46,7 @@ fn post_process_for(
     cpu: &str,
     emit_ptx: bool,
 ) -> Result<(PostProcess, Option<&'static str>), Failure> {
-    let nvptx = matches!(triple.split('-').next(), Some("nvptx64" | "nvptx"));
-    if !nvptx || emit_ptx {
+    if !PostProcess::takes_ptxas(triple) || emit_ptx {
         return Ok((PostProcess::for_target(triple, cpu, None), None));
     }
     Ok(match offload_jit_client::ptxas::find()? {

@@ -115,19 +115,27 @@ impl PostProcess {
     /// `arch`; a shared object for a host triple (Linux); else the object as it is. Every
     /// backend and `offload jit` take their step from here.
     pub fn for_target(triple: &str, arch: &str, ptxas: Option<(&str, &str)>) -> PostProcess {
-        match triple.split('-').next().unwrap_or("") {
-            "nvptx64" | "nvptx" => match ptxas {
+        if Self::takes_ptxas(triple) {
+            return match ptxas {
                 Some((path, version)) => PostProcess::Ptxas {
                     path: path.into(),
                     version: version.into(),
                     arch: arch.into(),
                 },
                 None => PostProcess::Unchanged,
-            },
+            };
+        }
+        match triple.split('-').next().unwrap_or("") {
             "amdgcn" => PostProcess::LinkAmdgpuCodeObject { gfx: arch.into() },
             _ if triple.contains("linux") => PostProcess::LinkHostSharedObject,
             _ => PostProcess::Unchanged,
         }
+    }
+
+    /// Whether code of `triple` is NVIDIA PTX, which [`PostProcess::for_target`] assembles with
+    /// the `ptxas` it is given (so a caller looks for one only then).
+    pub fn takes_ptxas(triple: &str) -> bool {
+        matches!(triple.split('-').next(), Some("nvptx64" | "nvptx"))
     }
 
     /// Identifies the step and its settings (goes into the cache key).

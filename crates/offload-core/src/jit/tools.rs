@@ -9,14 +9,14 @@ pub const ENV_LLD: &str = "OFFLOAD_LLD";
 /// `PATH` ([`locate_lld`]).
 pub const LLD_CANDIDATES: [&str; 3] = ["/usr/lib/llvm-19/bin/ld.lld", "ld.lld-19", "ld.lld"];
 
-/// The file `name` names: itself when it holds a `/`, else the first match on `PATH`; only a
-/// regular file (or a link to one).
+/// The file `name` names: itself when it holds a `/`, else the first match in `PATH`'s
+/// directories ([`crate::fs::path_dirs`]); only a regular file (or a link to one).
 fn on_path(name: &str) -> Option<std::path::PathBuf> {
     if name.contains('/') {
         return Some(std::path::PathBuf::from(name)).filter(|p| p.is_file());
     }
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
+    crate::fs::path_dirs()
+        .into_iter()
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
