@@ -327,7 +327,7 @@ struct module {
 };
 
 struct build_log {
-  char text[256];
+  char *text; /* 0: empty */
 };
 
 static uint32_t word_at(const unsigned char *b, size_t i) {
@@ -483,18 +483,28 @@ static ze_result_t ZE_APICALL f_module_create(ze_context_handle_t c, ze_device_h
                                                      : read_native(desc->pInputModule, desc->inputSize, m);
   say("module %s %zu %d\n", desc->format == ZE_MODULE_FORMAT_IL_SPIRV ? "spirv" : "native", desc->inputSize, m->count);
   if (!ok) {
-    snprintf(log->text, sizeof log->text, "error: the fake driver cannot read this module");
+    log->text = strdup("error: the fake driver cannot read this module");
     free(m);
     if (!log_out)
-      free(log);
+      free(log->text), free(log);
     return desc->format == ZE_MODULE_FORMAT_NATIVE ? ZE_RESULT_ERROR_INVALID_NATIVE_BINARY : ZE_RESULT_ERROR_MODULE_BUILD_FAILURE;
   }
   for (int k = 0; k < m->count; ++k)
     if (!strcmp(m->names[k], "does_not_build")) {
-      snprintf(log->text, sizeof log->text, "error: in kernel 'does_not_build': undefined function 'no_such_builtin'");
+      /* FAKE_ZE_BUILD_LOG_BYTES makes the log that long (warnings after the error). */
+      const char *first = "error: in kernel 'does_not_build': undefined function 'no_such_builtin'\n";
+      const char *e = getenv("FAKE_ZE_BUILD_LOG_BYTES");
+      size_t want = e ? (size_t)atol(e) : 0, n = strlen(first);
+      if (want < n)
+        want = n;
+      log->text = malloc(want + 1);
+      memcpy(log->text, first, n);
+      for (size_t i = n; i < want; ++i)
+        log->text[i] = (i - n) % 64 == 63 ? '\n' : 'w';
+      log->text[want] = 0;
       free(m);
       if (!log_out)
-        free(log);
+        free(log->text), free(log);
       return ZE_RESULT_ERROR_MODULE_BUILD_FAILURE;
     }
   if (!log_out)
@@ -514,18 +524,20 @@ static ze_result_t ZE_APICALL f_module_destroy(ze_module_handle_t mh) {
 
 static ze_result_t ZE_APICALL f_log_string(ze_module_build_log_handle_t l, size_t *size, char *text) {
   struct build_log *log = (struct build_log *)l;
-  size_t need = strlen(log->text) + 1;
+  const char *t = log->text ? log->text : "";
+  size_t need = strlen(t) + 1;
   if (!text) {
     *size = need;
     return ZE_RESULT_SUCCESS;
   }
   if (*size < need)
     return ZE_RESULT_ERROR_INVALID_SIZE;
-  memcpy(text, log->text, need);
+  memcpy(text, t, need);
   return ZE_RESULT_SUCCESS;
 }
 
 static ze_result_t ZE_APICALL f_log_destroy(ze_module_build_log_handle_t l) {
+  free(((struct build_log *)l)->text);
   free(l);
   return ZE_RESULT_SUCCESS;
 }

@@ -113,6 +113,20 @@ fn spirv_images_are_classified_routed_and_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("GLCompute"), "{e}");
+    // A module with 32-bit pointers: refused, saying why (pointer arguments are 64-bit).
+    let mut words: Vec<u32> = spirv("saxpy")
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    let at = (5..words.len())
+        .find(|&i| words[i] == (3 << 16) | 14)
+        .expect("an OpMemoryModel");
+    assert_eq!(words[at + 1], 2, "Physical64");
+    words[at + 1] = 1;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let e = check_native(&bytes, &ImageKind::SpirV).unwrap_err();
+    assert!(matches!(e, offload_core::Error::Unsupported(_)), "{e:?}");
+    assert!(e.to_string().contains("Physical32"), "{e}");
     // Big-endian words are named as such.
     let mut swapped = spirv("saxpy");
     for w in swapped.chunks_exact_mut(4) {

@@ -471,7 +471,9 @@ fn wrong_arguments_and_group_sizes_are_refused_before_the_driver_sees_them() {
 #[test]
 fn build_failures_carry_the_driver_s_log_and_faults_lose_the_device() {
     let log = log_file("errors");
-    let rt = in_process(&log, &[]);
+    // A 3 MB build log (warnings after the error): read whole, its first 16 KiB in the error,
+    // after the status.
+    let rt = in_process(&log, &[("FAKE_ZE_BUILD_LOG_BYTES", "3000000")]);
     let device = rt.device("level-zero", 0).unwrap();
     let text = std::fs::read_to_string(repo_root().join("tests/spirv/fault.spvasm"))
         .unwrap()
@@ -483,6 +485,12 @@ fn build_failures_carry_the_driver_s_log_and_faults_lose_the_device() {
     let m = e.to_string();
     assert!(m.contains("ZE_RESULT_ERROR_MODULE_BUILD_FAILURE"), "{m}");
     assert!(m.contains("undefined function 'no_such_builtin'"), "{m}");
+    assert!(
+        m.len() < 20_000 && m.ends_with(&format!("... ({} bytes more)", 3_000_000 - (16 << 10))),
+        "{} bytes: ...{}",
+        m.len(),
+        &m[m.len().saturating_sub(80)..]
+    );
     // A kernel that faults: the wait reports the lost device, and so does the next one.
     let program = device.load(&spirv("fault")).unwrap();
     let k = program.kernel("fault").unwrap();

@@ -211,6 +211,11 @@ fn damaged_plugins_are_reported_and_the_others_keep_working() {
             "the plugin's constructor panicked: testdev constructor panics",
         ),
         ("init-error", "failed", "driver error 999"),
+        (
+            "huge-init-error",
+            "failed",
+            "xxx ... (the plugin's message was cut: 102400 bytes)",
+        ),
         ("no-devices", "no-devices", "reports 0 devices"),
     ];
     for (mode, status, reason) in cases {

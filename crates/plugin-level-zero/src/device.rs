@@ -427,21 +427,33 @@ impl ZeDevice {
         // SAFETY: a size query on a live log, then a buffer of that size; destroyed once.
         unsafe {
             let mut text = String::new();
+            let mut buf = Vec::new();
             if self
                 .ze
                 .zeModuleBuildLogGetString(log, &mut size, std::ptr::null_mut())
                 .is_ok()
                 && size > 0
-                && size < 1 << 20
+                && buf.try_reserve_exact(size).is_ok()
             {
-                let mut buf = vec![0u8; size];
+                buf.resize(size, 0);
                 if self
                     .ze
                     .zeModuleBuildLogGetString(log, &mut size, buf.as_mut_ptr().cast())
                     .is_ok()
                 {
-                    text = c_text(&buf);
+                    text = c_text(&buf[..size.min(buf.len())]);
                 }
+            }
+            // A log of any size is read; an error carries its first 16 KiB.
+            const SHOWN: usize = 16 << 10;
+            if text.len() > SHOWN {
+                let mut cut = SHOWN;
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                let more = text.len() - cut;
+                text.truncate(cut);
+                text += &format!(" ... ({more} bytes more)");
             }
             let _ = self.ze.zeModuleBuildLogDestroy(log);
             text
@@ -556,7 +568,13 @@ impl DeviceBackend for ZeDevice {
                 native_locals,
             }),
             Err(e) if text.is_empty() => Err(e),
-            Err(e) => Err(e.context(format!("the driver's build log: {text}"))),
+            // The status first, then the log (an error crossing the plugin ABI is cut at 64
+            // KiB; the log is shown up to 16 KiB of it).
+            Err(e) => Err(Error::from_parts(
+                e.kind() as u32,
+                e.native_code(),
+                format!("{}; the driver's build log:\n{text}", e.message()),
+            )),
         }
     }
 

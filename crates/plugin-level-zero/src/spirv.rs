@@ -226,6 +226,15 @@ pub fn parse(bytes: &[u8]) -> Result<Module> {
             op::MEMORY_MODEL => {
                 need(2)?;
                 memory_models += 1;
+                // The addressing model: pointer arguments are passed as 64-bit values, so
+                // 32-bit pointers cannot be (a Logical module has no kernel to find).
+                if ops[0] == ADDRESSING_PHYSICAL32 {
+                    return Err(Error::Unsupported(
+                        "the SPIR-V module's addressing model is Physical32 (32-bit pointers); \
+                         the Level Zero plugin runs Physical64 modules (compile for spirv64)"
+                            .into(),
+                    ));
+                }
             }
             op::ENTRY_POINT => {
                 need(3)?;
@@ -340,6 +349,9 @@ fn param(types: &HashMap<u32, Type>, t: u32) -> Param {
         Some(Type::Void | Type::Function(_)) | None => ParamType::Other(format!("type %{t}")),
     })
 }
+
+/// The `OpMemoryModel` addressing model `Physical32`.
+const ADDRESSING_PHYSICAL32: u32 = 1;
 
 /// A SPIR-V literal string: UTF-8 up to a NUL inside `words`.
 fn literal_string(words: &[u32]) -> Option<String> {

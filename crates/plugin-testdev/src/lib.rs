@@ -13,7 +13,7 @@
 //! (genuinely shorter tables of older minor versions, ending at a guard page so that a read
 //! past them faults), `abi-1.3` (a whole table that says 1.3, which has no word arguments), `null-entry` (entry returns null), `null-launch` and `null-jit-stats`
 //! (a required entry is null), `panic-entry` (the constructor panics), `init-error` (init
-//! fails), `no-devices` (init reports 0), `many-devices` (init reports 2^32 - 1),
+//! fails), `huge-init-error` (init fails with a 100 KiB message), `no-devices` (init reports 0), `many-devices` (init reports 2^32 - 1),
 //! `odd-strings` (device names with a newline and a terminal escape). `OFFLOAD_TESTDEV_DEVICES`
 //! sets the device count (default 2).
 
@@ -71,6 +71,13 @@ impl Backend for TestBackend {
                     code: 999,
                     message: "testdev driver refused to start (OFFLOAD_TESTDEV_MODE=init-error)"
                         .into(),
+                });
+            }
+            // A message longer than the runtime believes (it keeps 64 KiB and says so).
+            "huge-init-error" => {
+                return Err(Error::Driver {
+                    code: 998,
+                    message: "x".repeat(100 << 10),
                 });
             }
             "no-devices" => return Ok(0),
