@@ -686,6 +686,32 @@ fn binaries_reach_the_driver_8_byte_aligned_wherever_the_caller_s_bytes_lie() {
 }
 
 #[test]
+fn a_compressed_entry_of_a_later_fat_binary_reaches_the_driver_in_its_own() {
+    // cuModuleLoadFatBinary reads the first fat binary it is given (the fake too). Of two
+    // concatenated, the entry chosen for an sm_90 device is in the second: that one is what
+    // the driver must get, or it looks in the wrong one.
+    use offload_cuda::fatbin::{self, EntryKind};
+    let log = log_file("concatenated");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("cuda", 0).unwrap();
+    let mut image = fatbin::build(&[(EntryKind::Cubin, 100, b"\x01\x02compressed other\0")]);
+    image.extend(fatbin::build(&[(
+        EntryKind::Cubin,
+        90,
+        b"\x01\x02compressed saxpy\0",
+    )]));
+    let program = device.load(&image).unwrap();
+    program.kernel("saxpy").unwrap();
+    let lines = log_lines(&log);
+    let loads: Vec<&String> = lines.iter().filter(|l| l.starts_with("load ")).collect();
+    assert_eq!(
+        loads,
+        [&format!("load binary {}", image.len() / 2)],
+        "{lines:#?}"
+    );
+}
+
+#[test]
 fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
     // Queued operations are only put on the stream (no wait after each); what they use stays
     // alive, and synchronous operations and events wait, until the stream has run them. The

@@ -401,9 +401,12 @@ impl DeviceBackend for CudaDevice {
                 let chosen = fatbin::select(&entries, self.sm)?;
                 match (chosen.kind, chosen.compressed) {
                     (_, true) => {
-                        // Only the driver unpacks compressed entries; it picks the same way.
+                        // Only the driver unpacks compressed entries; it picks the same way,
+                        // among the entries of the fat binary it is given: the one holding the
+                        // chosen entry (of several concatenated, it would read the first).
                         let mut module: CUmodule = std::ptr::null_mut();
-                        let aligned = offload_core::image::Aligned::new(image);
+                        let aligned =
+                            offload_core::image::Aligned::new(&image[chosen.container.clone()]);
                         // SAFETY: a parsed fat binary, live for the call.
                         unsafe {
                             self.driver.cuModuleLoadFatBinary(

@@ -43,6 +43,9 @@ pub struct Entry<'a> {
     pub compressed: bool,
     /// Byte offset of the entry, for messages.
     pub offset: usize,
+    /// The bytes of the fat binary holding it (`cuModuleLoadFatBinary` reads the first fat
+    /// binary it is given, so a compressed entry goes to the driver in its own).
+    pub container: std::ops::Range<usize>,
 }
 
 impl Entry<'_> {
@@ -148,6 +151,7 @@ pub fn entries(bytes: &[u8]) -> Result<Vec<Entry<'_>>> {
                 payload: data,
                 compressed: !plain,
                 offset: here,
+                container: at..at + end,
             });
             if out.len() > 4096 {
                 return Err(bad("more than 4096 entries"));
