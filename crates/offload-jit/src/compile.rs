@@ -284,8 +284,15 @@ fn check_intrinsics(module: &Module<'_>, triple: &str) -> Result<()> {
     Ok(())
 }
 
-/// The exported functions of a module with their parameter types.
-fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
+/// The exported functions of a module with their parameter types (for `triple`: see
+/// [`LOCAL_ADDRESS_SPACE`]).
+fn signatures(module: &Module<'_>, triple: &str) -> Vec<KernelSignature> {
+    // Only where a backend places work-group memory from a launch's size: AMD GPUs and
+    // SPIR-V (on nvptx, address space 3 is shared memory, which no CUDA kernel parameter is).
+    let local_is_size = matches!(
+        triple.split('-').next(),
+        Some("amdgcn" | "spirv64" | "spirv" | "spir64" | "spir")
+    );
     use inkwell::module::Linkage;
     use inkwell::types::BasicMetadataTypeEnum as T;
     module
@@ -304,7 +311,9 @@ fn signatures(module: &Module<'_>) -> Vec<KernelSignature> {
                     // A pointer to work-group memory (address space 3: amdgcn's LDS, SPIR's
                     // `__local`): the AMD and Level Zero backends take its size from the launch
                     // and place the memory themselves, so the launch passes a 32-bit size.
-                    T::PointerType(p) if p.get_address_space() == LOCAL_ADDRESS_SPACE.into() => {
+                    T::PointerType(p)
+                        if local_is_size && p.get_address_space() == LOCAL_ADDRESS_SPACE.into() =>
+                    {
                         ParamType::I32
                     }
                     T::PointerType(_) => ParamType::Ptr,
@@ -383,7 +392,7 @@ pub fn compile(
     check_intrinsics(&module, &triple)?;
     retarget(&module, &context, &target.cpu, &features);
     check_function_features(&module, &target.cpu, &features)?;
-    let signatures = signatures(&module);
+    let signatures = signatures(&module, &triple);
     module.verify().map_err(|e| {
         Error::CompileFailure(format!("IR verification failed: {}", e.to_string_lossy()))
     })?;

@@ -1189,7 +1189,13 @@ impl Program {
     fn read_params(&self, kernel: &str) -> Option<std::result::Result<KernelParams, String>> {
         let p = &self.inner;
         let symbol = format!("{PARAMS_PREFIX}{kernel}");
-        let g = p.device.inner.global(p.handle, &symbol).ok()?;
+        let g = match p.device.inner.global(p.handle, &symbol) {
+            Ok(g) => g,
+            // No record: the kernel was built without one (or the backend has no globals).
+            Err(Error::NotFound(_) | Error::Unsupported(_)) => return None,
+            // Any other failure (a lost device, a driver error) is the launch's to report.
+            Err(e) => return Some(Err(format!("{symbol}: {}", e.message()))),
+        };
         Some((|| {
             if g.size == 0 || g.size > MAX_PARAMS_TEXT {
                 return Err(format!(

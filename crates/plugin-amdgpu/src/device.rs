@@ -69,6 +69,48 @@ struct HostLock {
     users: usize,
 }
 
+/// What a DMA copy came to, and whether it is settled: completed, or never started. An
+/// unsettled copy (its wait failed) may still be running, so what it uses must stay.
+type Settled<T> = (Result<T>, bool);
+
+/// One copy's use of a lock of [`HOST_LOCKS`]; dropping it gives the lock back: the last
+/// settled use unlocks it. An unsettled use (the copy may still be running, or `f` panicked)
+/// takes the lock out of the table without unlocking it: the pages stay locked for good (for
+/// the table, they are then someone else's), and no later copy waits for them.
+struct HostLockUse<'a> {
+    device: &'a AmdDevice,
+    start: usize,
+    end: usize,
+    settled: bool,
+}
+
+impl Drop for HostLockUse<'_> {
+    fn drop(&mut self) {
+        let mut locks = offload_core::sync::lock(&HOST_LOCKS);
+        let Some(i) = locks.iter().position(|l| {
+            l.agent == self.device.agent && l.start <= self.start && self.end <= l.end
+        }) else {
+            return;
+        };
+        if !self.settled {
+            locks.swap_remove(i);
+        } else {
+            locks[i].users -= 1;
+            if locks[i].users > 0 {
+                return;
+            }
+            let l = locks.swap_remove(i);
+            // SAFETY: locked by this plugin; the last copy that used it has finished.
+            let _ = unsafe {
+                self.device
+                    .hsa
+                    .hsa_amd_memory_unlock(l.start as *mut c_void)
+            };
+        }
+        HOST_UNLOCKED.notify_all();
+    }
+}
+
 /// The system event handler (`hsa_amd_register_system_event_handler`).
 unsafe extern "C" fn system_event(event: *const hsa::SystemEvent, _data: *mut c_void) -> c_int {
     if event.is_null() {
@@ -478,11 +520,14 @@ impl AmdDevice {
         src: *const c_void,
         src_agent: Handle,
         len: usize,
-    ) -> Result<()> {
-        let mut signal = self.signal()?;
+    ) -> Settled<()> {
+        let mut signal = match self.signal() {
+            Ok(s) => s,
+            Err(e) => return (Err(e), true),
+        };
         // SAFETY: both ranges are valid for `len` bytes and reachable by the agents named (the
         // caller locked host memory); the signal lives until the copy has completed.
-        unsafe {
+        let submitted = unsafe {
             self.hsa.hsa_amd_memory_async_copy(
                 dst,
                 dst_agent,
@@ -492,9 +537,15 @@ impl AmdDevice {
                 0,
                 std::ptr::null(),
                 signal.handle,
-            )?
+            )
         };
-        self.wait(&mut signal, None, "copy")
+        if let Err(e) = submitted {
+            // Never submitted: nothing uses the signal.
+            signal.completed = true;
+            return (Err(e), true);
+        }
+        let out = self.wait(&mut signal, None, "copy");
+        (out, signal.completed)
     }
 
     /// Runs `f` with `host..host+len` reachable by the agent; `f` gets the agent's address of
@@ -506,13 +557,15 @@ impl AmdDevice {
     /// reach it; other memory is locked for the copy and unlocked after it. Memory the runtime
     /// cannot lock (read-only pages: the kernel driver registers host memory for writing) is
     /// the source of a copy to the device through a pinned staging buffer (`source`); as a
-    /// destination it is an error.
+    /// destination it is an error. `f` also says whether its copy is settled (completed, or
+    /// never started); what an unsettled copy used (a lock, a staging buffer) is left as it is,
+    /// since the DMA engine may still be at it.
     fn with_locked<T>(
         &self,
         host: *mut c_void,
         len: usize,
         source: bool,
-        f: impl FnOnce(*mut c_void) -> Result<T>,
+        f: impl FnOnce(*mut c_void) -> Settled<T>,
     ) -> Result<T> {
         let start = host as usize;
         let end = start.saturating_add(len.max(1));
@@ -549,7 +602,7 @@ impl AmdDevice {
                     };
                 }
                 let offset = start - info.host_base as usize;
-                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast());
+                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast()).0;
             }
             if info.kind == hsa::pointer_type::LOCKED {
                 // Not locked by this plugin (its locks are in the table): the application's.
@@ -567,7 +620,7 @@ impl AmdDevice {
                     )));
                 }
                 let offset = start - info.host_base as usize;
-                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast());
+                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast()).0;
             }
             let mut agent = self.agent;
             let mut agent_ptr: *mut c_void = std::ptr::null_mut();
@@ -602,20 +655,15 @@ impl AmdDevice {
             break agent_ptr as usize;
         };
         drop(locks);
-        let out = f(agent_ptr as *mut c_void);
-        let mut locks = offload_core::sync::lock(&HOST_LOCKS);
-        if let Some(i) = locks
-            .iter()
-            .position(|l| l.agent == self.agent && l.start <= start && end <= l.end)
-        {
-            locks[i].users -= 1;
-            if locks[i].users == 0 {
-                let l = locks.swap_remove(i);
-                // SAFETY: locked by this plugin; the last copy that used it has finished.
-                let _ = unsafe { self.hsa.hsa_amd_memory_unlock(l.start as *mut c_void) };
-                HOST_UNLOCKED.notify_all();
-            }
-        }
+        // Released when dropped, also if `f` panics (then as unsettled).
+        let mut using = HostLockUse {
+            device: self,
+            start,
+            end,
+            settled: false,
+        };
+        let (out, settled) = f(agent_ptr as *mut c_void);
+        using.settled = settled;
         out
     }
 
@@ -626,7 +674,7 @@ impl AmdDevice {
         &self,
         host: *mut c_void,
         len: usize,
-        f: impl FnOnce(*mut c_void) -> Result<T>,
+        f: impl FnOnce(*mut c_void) -> Settled<T>,
     ) -> Result<Result<T>> {
         let mut staging: *mut c_void = std::ptr::null_mut();
         // SAFETY: live out-pointer.
@@ -641,9 +689,17 @@ impl AmdDevice {
                 .hsa_amd_agents_allow_access(1, &self.agent, std::ptr::null(), staging)
                 .map(|()| std::ptr::copy_nonoverlapping(host.cast::<u8>(), staging.cast(), len))
         };
-        let out = ready.map(|()| f(staging));
-        // SAFETY: the copy has completed (or failed before starting): nothing reads it.
-        let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(staging) };
+        let (out, settled) = match ready {
+            Ok(()) => {
+                let (out, settled) = f(staging);
+                (Ok(out), settled)
+            }
+            Err(e) => (Err(e), true),
+        };
+        if settled {
+            // SAFETY: the copy has completed (or never started): nothing reads it.
+            let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(staging) };
+        }
         out
     }
 
@@ -1266,6 +1322,7 @@ impl DeviceBackend for AmdDevice {
                     self.agent,
                     len,
                 )
+                .0
             }
             Op::Launch {
                 kernel,

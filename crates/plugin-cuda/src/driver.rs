@@ -178,6 +178,11 @@ impl Driver {
                     Ok(()) => Start::Ready(driver),
                     Err(Error::NoDevice(why)) if status == STUB_LIBRARY => Start::PassOver(why),
                     Err(Error::NoDevice(why)) => Start::Absent(why),
+                    // Before any context: not the "context is unusable" of a sticky status.
+                    Err(Error::DeviceFailure(_)) => Start::Absent(format!(
+                        "the CUDA driver '{c}' failed to initialise (cuInit: {})",
+                        driver.status_name(status)
+                    )),
                     Err(e) => Start::Absent(format!(
                         "the CUDA driver '{c}' failed to initialise: {}",
                         e.message()
@@ -190,6 +195,13 @@ impl Driver {
     /// The library's path (as it was opened).
     pub fn path(&self) -> &str {
         self.lib.path()
+    }
+
+    /// The driver's name for `status` (`CUDA_ERROR_UNKNOWN`), or its number.
+    fn status_name(&self, status: c_int) -> String {
+        self.lib
+            .status_text(&self.error_name, c"cuGetErrorName", status)
+            .unwrap_or_else(|| format!("CUDA error {status}"))
     }
 
     /// Turns a status into a result; `call` names the driver call for the message, which
@@ -210,10 +222,7 @@ impl Driver {
         if status == SUCCESS {
             return Ok(());
         }
-        let name = self
-            .lib
-            .status_text(&self.error_name, c"cuGetErrorName", status)
-            .unwrap_or_else(|| format!("CUDA error {status}"));
+        let name = self.status_name(status);
         let text = self
             .lib
             .status_text(&self.error_string, c"cuGetErrorString", status)

@@ -740,7 +740,7 @@ impl DeviceBackend for ZeDevice {
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
         let bytes = usize::try_from(size)
             .map_err(|_| Error::OutOfMemory(format!("{size} bytes cannot be allocated here")))?;
-        if self.max_alloc > 0 && size > self.max_alloc && kind != MemoryKind::Host {
+        if self.max_alloc > 0 && size > self.max_alloc {
             // The driver refuses it (ZE_RESULT_ERROR_UNSUPPORTED_SIZE) without saying why.
             return Err(Error::OutOfMemory(format!(
                 "{} bytes in one allocation: {} allocates at most {} bytes at once \

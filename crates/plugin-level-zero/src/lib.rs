@@ -38,7 +38,11 @@ pub fn check_native(image: &[u8], kind: &ImageKind) -> Result<()> {
             }
             Ok(())
         }
-        ImageKind::Elf(_) => zebin::kernels(image).map(|_| ()),
+        ImageKind::Elf(_) => {
+            zebin::kernels(image)?;
+            // Read at load too: a `.ze_info` that cannot be read refuses the image here.
+            zebin::local_params(image).map(drop)
+        }
         other => Err(Error::InvalidImage(format!(
             "a {} is not a Level Zero image",
             other.describe()

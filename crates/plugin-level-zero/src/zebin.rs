@@ -108,7 +108,8 @@ fn read_ze_info(text: &str) -> BTreeMap<String, Vec<u32>> {
             continue;
         }
         let indent = line.len() - body.len();
-        if indent == 0 {
+        // A top-level key (list items may also start at column 0: `kernels:\n- name: k`).
+        if indent == 0 && !body.starts_with("- ") {
             flush(&mut item, &kernel, &mut locals);
             payload = None;
             in_kernels = body == "kernels:";
@@ -215,6 +216,14 @@ functions:
                 ("plain".to_string(), vec![3]),
                 ("reverse".to_string(), vec![2])
             ]
+        );
+        // List items at column 0, as other YAML writers put them.
+        let flush_left = "kernels:\n- name: k\n  payload_arguments:\n  - arg_type: arg_bypointer\n    \
+                          arg_index: 1\n    addrspace: local\n- name: k2\n  payload_arguments:\n  \
+                          - arg_type: arg_bypointer\n    arg_index: 0\n    addrmode: slm\n";
+        assert_eq!(
+            read_ze_info(flush_left).into_iter().collect::<Vec<_>>(),
+            vec![("k".to_string(), vec![1]), ("k2".to_string(), vec![0])]
         );
         assert!(read_ze_info("").is_empty());
         assert!(read_ze_info("kernels:\n  - name:\n    payload_arguments:\n      -\n").is_empty());
