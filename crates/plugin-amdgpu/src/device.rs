@@ -588,6 +588,13 @@ impl AmdDevice {
             let inside = !info.agent_base.is_null()
                 && start >= info.host_base as usize
                 && end <= (info.host_base as usize).saturating_add(info.size_in_bytes);
+            // Where the agent addresses `host` in memory the runtime knows.
+            let agent_address = || {
+                info.agent_base
+                    .cast::<u8>()
+                    .wrapping_add(start - info.host_base as usize)
+                    .cast()
+            };
             if inside && info.kind == hsa::pointer_type::HSA {
                 drop(locks);
                 if !reachable {
@@ -601,8 +608,7 @@ impl AmdDevice {
                         )?
                     };
                 }
-                let offset = start - info.host_base as usize;
-                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast()).0;
+                return f(agent_address()).0;
             }
             if info.kind == hsa::pointer_type::LOCKED {
                 // Not locked by this plugin (its locks are in the table): the application's.
@@ -619,8 +625,7 @@ impl AmdDevice {
                         self.info.name
                     )));
                 }
-                let offset = start - info.host_base as usize;
-                return f(info.agent_base.cast::<u8>().wrapping_add(offset).cast()).0;
+                return f(agent_address()).0;
             }
             let mut agent = self.agent;
             let mut agent_ptr: *mut c_void = std::ptr::null_mut();
@@ -667,40 +672,26 @@ impl AmdDevice {
         out
     }
 
-    /// Runs `f` on a pinned copy of `host..host+len` (the source of a copy to the device), in
-    /// memory of the CPU's pool made accessible to the agent, freed after. The outer error is
-    /// the staging's own; the inner, `f`'s.
+    /// Runs `f` on a pinned copy of `host..host+len` (the source of a copy to the device): host
+    /// memory as `alloc` gives it (the CPU's pool, accessible to the agent), freed after. The
+    /// outer error is the staging's own; the inner, `f`'s.
     fn staged<T>(
         &self,
         host: *mut c_void,
         len: usize,
         f: impl FnOnce(*mut c_void) -> Settled<T>,
     ) -> Result<Result<T>> {
-        let mut staging: *mut c_void = std::ptr::null_mut();
-        // SAFETY: live out-pointer.
-        unsafe {
-            self.hsa
-                .hsa_amd_memory_pool_allocate(self.pools.host, len, 0, &mut staging)?
-        };
-        // SAFETY: the allocation just made; `host` is readable for `len` bytes (the copy's
-        // contract) and does not overlap it.
-        let ready = unsafe {
-            self.hsa
-                .hsa_amd_agents_allow_access(1, &self.agent, std::ptr::null(), staging)
-                .map(|()| std::ptr::copy_nonoverlapping(host.cast::<u8>(), staging.cast(), len))
-        };
-        let (out, settled) = match ready {
-            Ok(()) => {
-                let (out, settled) = f(staging);
-                (Ok(out), settled)
-            }
-            Err(e) => (Err(e), true),
-        };
+        let staging = self.alloc(len as u64, MemoryKind::Host)?;
+        let at = staging.0 as *mut c_void;
+        // SAFETY: the allocation just made, `len` bytes; `host` is readable for `len` bytes
+        // (the copy's contract) and does not overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(host.cast::<u8>(), at.cast(), len) };
+        let (out, settled) = f(at);
         if settled {
-            // SAFETY: the copy has completed (or never started): nothing reads it.
-            let _ = unsafe { self.hsa.hsa_amd_memory_pool_free(staging) };
+            // The copy has completed (or never started): nothing reads it.
+            self.free(staging, len as u64, MemoryKind::Host);
         }
-        out
+        Ok(out)
     }
 
     /// What the runtime knows of `host`, and whether this agent may reach it.
