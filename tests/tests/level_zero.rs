@@ -143,14 +143,14 @@ fn zebins_are_checked_as_elf_and_their_kernels_read() {
         ImageKind::Elf(info) => assert_eq!(info.machine, 205),
         other => panic!("{other:?}"),
     }
-    assert_eq!(zebin::kernels(&z).unwrap(), vec!["add_k", "saxpy"]);
+    assert_eq!(zebin::read(&z).unwrap().kernels, vec!["add_k", "saxpy"]);
     // Not a relocatable or zebin type: refused naming the field.
     let mut exe = z.clone();
     exe[16..18].copy_from_slice(&2u16.to_le_bytes());
-    let e = zebin::kernels(&exe).unwrap_err().to_string();
+    let e = zebin::read(&exe).unwrap_err().to_string();
     assert!(e.contains("e_type"), "{e}");
     // No kernel section.
-    let e = zebin::kernels(&synthetic_zebin(&[], None))
+    let e = zebin::read(&synthetic_zebin(&[], None))
         .unwrap_err()
         .to_string();
     assert!(e.contains("no kernel"), "{e}");
@@ -172,11 +172,8 @@ fn mutants(good: &[u8], seed: u64, rounds: usize) -> (usize, usize) {
             b.truncate(len.max(1));
         }
         let checked = offload_core::classify(&b).and_then(|kind| match kind {
-            ImageKind::SpirV => check_native(&b, &kind),
             // A zebin's .ze_info is read too (which parameters are `__local`).
-            ImageKind::Elf(_) => {
-                check_native(&b, &kind).and_then(|()| zebin::local_params(&b).map(drop))
-            }
+            ImageKind::SpirV | ImageKind::Elf(_) => check_native(&b, &kind),
             other => Err(offload_core::Error::InvalidImage(other.describe().into())),
         });
         match checked {

@@ -26,11 +26,16 @@ pub fn bounded(s: &str, max: usize) -> Cow<'_, str> {
     if s.len() <= max {
         return Cow::Borrowed(s);
     }
-    let mut end = max;
+    Cow::Owned(format!("{}…", &s[..char_floor(s, max)]))
+}
+
+/// The largest character boundary of `s` at or below `max` (`s.len()` if it is shorter).
+pub fn char_floor(s: &str, max: usize) -> usize {
+    let mut end = max.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    Cow::Owned(format!("{}…", &s[..end]))
+    end
 }
 
 /// A size for people: `512 B`, `1.5 KiB`, `80.0 GiB`.

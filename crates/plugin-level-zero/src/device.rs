@@ -447,10 +447,7 @@ impl ZeDevice {
             // A log of any size is read; an error carries its first 16 KiB.
             const SHOWN: usize = 16 << 10;
             if text.len() > SHOWN {
-                let mut cut = SHOWN;
-                while !text.is_char_boundary(cut) {
-                    cut -= 1;
-                }
+                let cut = offload_core::text::char_floor(&text, SHOWN);
                 let more = text.len() - cut;
                 text.truncate(cut);
                 text += &format!(" ... ({more} bytes more)");
@@ -520,14 +517,17 @@ impl DeviceBackend for ZeDevice {
     }
 
     fn load(&self, image: &[u8], kind: &ImageKind) -> Result<Program> {
-        let mut native_locals = Default::default();
-        let (format, spirv) = match kind {
-            ImageKind::SpirV => (ze::MODULE_FORMAT_SPIRV, Some(spirv::parse(image)?)),
-            ImageKind::Elf(_) => {
-                crate::zebin::kernels(image)?;
-                native_locals = crate::zebin::local_params(image)?.unwrap_or_default();
-                (ze::MODULE_FORMAT_NATIVE, None)
-            }
+        let (format, spirv, native_locals) = match kind {
+            ImageKind::SpirV => (
+                ze::MODULE_FORMAT_SPIRV,
+                Some(spirv::parse(image)?),
+                Default::default(),
+            ),
+            ImageKind::Elf(_) => (
+                ze::MODULE_FORMAT_NATIVE,
+                None,
+                crate::zebin::read(image)?.locals,
+            ),
             other => {
                 return Err(Error::InvalidImage(format!(
                     "a {} is not a Level Zero image",

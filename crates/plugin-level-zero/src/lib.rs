@@ -38,11 +38,8 @@ pub fn check_native(image: &[u8], kind: &ImageKind) -> Result<()> {
             }
             Ok(())
         }
-        ImageKind::Elf(_) => {
-            zebin::kernels(image)?;
-            // Read at load too: a `.ze_info` that cannot be read refuses the image here.
-            zebin::local_params(image).map(drop)
-        }
+        // Read at load too: a `.ze_info` that cannot be read refuses the image here.
+        ImageKind::Elf(_) => zebin::read(image).map(drop),
         other => Err(Error::InvalidImage(format!(
             "a {} is not a Level Zero image",
             other.describe()

@@ -3,7 +3,7 @@
 //! (`0xff11`, `0xff12`), one `.text.<kernel>` section per kernel. Checked as ELF (every header
 //! and section inside the file) before a driver sees it; the kernels are named by their
 //! sections. The `.ze_info` section (YAML the compiler writes: each kernel's payload arguments)
-//! says which parameters are `__local` pointers ([`local_params`]), which the driver takes as a
+//! says which parameters are `__local` pointers ([`Zebin::locals`]), which the driver takes as a
 //! size with no value.
 
 use object::{Object, ObjectSection};
@@ -27,13 +27,27 @@ pub fn requirements() -> ElfRequirements<'static> {
     }
 }
 
-/// Checks `bytes` as a zebin; its kernels' names, from the `.text.<kernel>` sections.
-pub fn kernels(bytes: &[u8]) -> Result<Vec<String>> {
+/// What the plugin reads of a zebin.
+#[derive(Debug)]
+pub struct Zebin {
+    /// Its kernels' names, from the `.text.<kernel>` sections.
+    pub kernels: Vec<String>,
+    /// The `__local` pointer parameters of each kernel, by argument index, from its
+    /// `.ze_info` section: the `payload_arguments` of `arg_type: arg_bypointer` with
+    /// `addrspace: local` (or `addrmode: slm`). Empty when the zebin has no `.ze_info` (then no
+    /// parameter is known to be one). Only the part of the YAML this needs is read: the
+    /// top-level `kernels:` list, each item's `name:`, its `payload_arguments:` list and their
+    /// `key: value` pairs.
+    pub locals: BTreeMap<String, Vec<u32>>,
+}
+
+/// Checks `bytes` as a zebin and reads its kernels and their `__local` parameters.
+pub fn read(bytes: &[u8]) -> Result<Zebin> {
     ElfImage::parse(bytes, &requirements())?;
     let aligned = offload_core::image::Aligned::new(bytes);
     let file = object::File::parse(aligned.bytes())
         .map_err(|e| Error::InvalidImage(format!("malformed zebin: {e}")))?;
-    let mut names = Vec::new();
+    let mut kernels = Vec::new();
     for s in file.sections() {
         let name = s.name().map_err(|e| {
             Error::InvalidImage(format!(
@@ -45,39 +59,30 @@ pub fn kernels(bytes: &[u8]) -> Result<Vec<String>> {
             && !k.is_empty()
             && k != NOT_A_KERNEL
         {
-            names.push(k.to_string());
+            kernels.push(k.to_string());
         }
     }
-    if names.is_empty() {
+    if kernels.is_empty() {
         return Err(Error::InvalidImage(
             "zebin has no kernel: no `.text.<kernel>` section".into(),
         ));
     }
-    Ok(names)
-}
-
-/// The `__local` pointer parameters of each kernel of a zebin, by argument index, from its
-/// `.ze_info` section: the `payload_arguments` of `arg_type: arg_bypointer` with `addrspace:
-/// local` (or `addrmode: slm`). `None` when the zebin has no `.ze_info` (then no parameter is
-/// known to be one). Only the part of the YAML this needs is read: the top-level `kernels:` list,
-/// each item's `name:`, its `payload_arguments:` list and their `key: value` pairs.
-pub fn local_params(bytes: &[u8]) -> Result<Option<BTreeMap<String, Vec<u32>>>> {
-    let aligned = offload_core::image::Aligned::new(bytes);
-    let file = object::File::parse(aligned.bytes())
-        .map_err(|e| Error::InvalidImage(format!("malformed zebin: {e}")))?;
-    let Some(section) = file.section_by_name(".ze_info") else {
-        return Ok(None);
+    let locals = match file.section_by_name(".ze_info") {
+        None => BTreeMap::new(),
+        Some(section) => {
+            let data = section
+                .data()
+                .map_err(|e| Error::InvalidImage(format!("zebin section .ze_info: {e}")))?;
+            let text = std::str::from_utf8(data).map_err(|e| {
+                Error::InvalidImage(format!("zebin section .ze_info is not UTF-8 text: {e}"))
+            })?;
+            read_ze_info(text)
+        }
     };
-    let data = section
-        .data()
-        .map_err(|e| Error::InvalidImage(format!("zebin section .ze_info: {e}")))?;
-    let text = std::str::from_utf8(data).map_err(|e| {
-        Error::InvalidImage(format!("zebin section .ze_info is not UTF-8 text: {e}"))
-    })?;
-    Ok(Some(read_ze_info(text)))
+    Ok(Zebin { kernels, locals })
 }
 
-/// See [`local_params`].
+/// See [`Zebin::locals`].
 fn read_ze_info(text: &str) -> BTreeMap<String, Vec<u32>> {
     let mut locals: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let mut in_kernels = false;
