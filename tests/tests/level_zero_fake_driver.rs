@@ -75,6 +75,43 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `reverse(in, out, __local tmp)` over `groups` work-groups of `l` items, `local` its third
+/// argument and `shared` bytes of dynamic shared memory: the launch's error, or `Ok` once each
+/// group of the output has come back as its input reversed.
+fn run_reverse(
+    device: &offload::Device,
+    program: &offload::Program,
+    k: &offload::Kernel,
+    (groups, l): (usize, usize),
+    local: KernelArg,
+    shared: u32,
+) -> offload::Result<()> {
+    let input: Vec<u32> = (0..(groups * l) as u32).map(|i| i * 7).collect();
+    let inb = device.upload(&input).unwrap();
+    let out = device.alloc::<u32>(groups * l).unwrap();
+    let mut dims = LaunchDims::linear(groups as u32, l as u32);
+    dims.shared_mem_bytes = shared;
+    // SAFETY: both buffers hold groups * l words, all the kernel touches.
+    unsafe {
+        program.launch(
+            k,
+            &dims,
+            &[KernelArg::Ptr(inb.ptr()), KernelArg::Ptr(out.ptr()), local],
+        )
+    }?;
+    let got = out.to_vec().unwrap();
+    for g in 0..groups {
+        for i in 0..l {
+            assert_eq!(
+                got[g * l + i],
+                input[g * l + l - 1 - i],
+                "group {g} item {i}"
+            );
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn info_shows_each_gpu_with_its_ip_version_and_limits() {
     let log = log_file("info");
@@ -150,56 +187,28 @@ fn a_barrier_kernel_gets_local_memory_of_the_size_the_launch_passes() {
     let device = rt.device("level-zero", 0).unwrap();
     let program = device.load(&spirv("reverse")).unwrap();
     let k = program.kernel("reverse").unwrap();
-    let (groups, l) = (16usize, 256usize);
-    let input: Vec<u32> = (0..(groups * l) as u32).map(|i| i * 7).collect();
-    let inb = device.upload(&input).unwrap();
-    let out = device.alloc::<u32>(groups * l).unwrap();
-    let dims = LaunchDims::linear(groups as u32, l as u32);
-    let launch = |local: KernelArg, dims: &LaunchDims| {
-        // SAFETY: both buffers hold groups * l words, all the kernel touches.
-        unsafe {
-            program.launch(
-                &k,
-                dims,
-                &[KernelArg::Ptr(inb.ptr()), KernelArg::Ptr(out.ptr()), local],
-            )
-        }
+    let launch = |local: KernelArg, shared: u32| {
+        run_reverse(&device, &program, &k, (16, 256), local, shared)
     };
-    launch(KernelArg::U32((l * 4) as u32), &dims).unwrap();
-    let got = out.to_vec().unwrap();
-    for g in 0..groups {
-        for i in 0..l {
-            assert_eq!(
-                got[g * l + i],
-                input[g * l + l - 1 - i],
-                "group {g} item {i}"
-            );
-        }
-    }
+    launch(KernelArg::U32(256 * 4), 0).unwrap();
     // The `__local` size must be positive and fit the device's 64 KiB.
-    let e = launch(KernelArg::U32(0), &dims).unwrap_err().to_string();
+    let e = launch(KernelArg::U32(0), 0).unwrap_err().to_string();
     assert!(
         e.contains("`__local` pointer") && e.contains("not 0"),
         "{e}"
     );
-    let e = launch(KernelArg::U32(80 << 10), &dims)
-        .unwrap_err()
-        .to_string();
+    let e = launch(KernelArg::U32(80 << 10), 0).unwrap_err().to_string();
     assert!(
         e.contains("81920 bytes of work-group local memory") && e.contains("65536"),
         "{e}"
     );
     // Dynamic shared memory is not how Level Zero kernels get local memory: said so.
-    let mut shared = dims;
-    shared.shared_mem_bytes = 1024;
-    let e = launch(KernelArg::U32(1024), &shared)
-        .unwrap_err()
-        .to_string();
+    let e = launch(KernelArg::U32(1024), 1024).unwrap_err().to_string();
     assert!(
         e.contains("`__local`") && e.contains("1024 bytes asked for"),
         "{e}"
     );
-    drop((inb, out, k, program));
+    drop((k, program));
     drop(rt);
     let lines = log_lines(&log);
     let launches: Vec<&String> = lines
@@ -372,38 +381,14 @@ fn a_native_binary_s_local_parameters_come_from_its_ze_info() {
         .load(&synthetic_zebin(&[("reverse", 3, 0b100)], Some(ze_info)))
         .unwrap();
     let k = program.kernel("reverse").unwrap();
-    let (groups, l) = (4usize, 64usize);
-    let input: Vec<u32> = (0..(groups * l) as u32).collect();
-    let inb = device.upload(&input).unwrap();
-    let out = device.alloc::<u32>(groups * l).unwrap();
-    let dims = LaunchDims::linear(groups as u32, l as u32);
-    let launch = |local: KernelArg| {
-        // SAFETY: both buffers hold groups * l words, all the kernel touches.
-        unsafe {
-            program.launch(
-                &k,
-                &dims,
-                &[KernelArg::Ptr(inb.ptr()), KernelArg::Ptr(out.ptr()), local],
-            )
-        }
-    };
-    launch(KernelArg::U32((l * 4) as u32)).unwrap();
-    let got = out.to_vec().unwrap();
-    for g in 0..groups {
-        for i in 0..l {
-            assert_eq!(
-                got[g * l + i],
-                input[g * l + l - 1 - i],
-                "group {g} item {i}"
-            );
-        }
-    }
+    let launch = |local: KernelArg| run_reverse(&device, &program, &k, (4, 64), local, 0);
+    launch(KernelArg::U32(64 * 4)).unwrap();
     let e = launch(KernelArg::U32(0)).unwrap_err().to_string();
     assert!(
         e.contains("argument 2 is a `__local` pointer") && e.contains("not 0"),
         "{e}"
     );
-    drop((inb, out, k, program));
+    drop((k, program));
     drop(rt);
     let lines = log_lines(&log);
     assert!(

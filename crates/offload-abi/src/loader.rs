@@ -318,14 +318,14 @@ unsafe extern "C" fn collect_error(
     // duration of the plugin call; `msg` is valid for `len` bytes per the ABI contract.
     unsafe {
         let slot = &mut *(ctx as *mut Option<Error>);
-        let mut text = if msg.is_null() {
-            String::new()
-        } else {
-            String::from_utf8_lossy(std::slice::from_raw_parts(msg, len.min(MAX_PLUGIN_TEXT)))
-                .into_owned()
-        };
-        if !msg.is_null() && len > MAX_PLUGIN_TEXT {
-            text += &format!(" ... (the plugin's message was cut: {len} bytes)");
+        let mut text = String::new();
+        if !msg.is_null() {
+            text =
+                String::from_utf8_lossy(std::slice::from_raw_parts(msg, len.min(MAX_PLUGIN_TEXT)))
+                    .into_owned();
+            if len > MAX_PLUGIN_TEXT {
+                text += &format!(" ... (the plugin's message was cut: {len} bytes)");
+            }
         }
         *slot = Some(Error::from_parts(kind, code, text));
     }
