@@ -337,6 +337,19 @@ impl JitConfig {
                 Some(p)
             }
         };
+        let device_runtime_dir = match env::raw(&[offload_core::jit::ENV_DEVICE_RUNTIME_DIR])? {
+            None => PathBuf::from(crate::LLVM_LIBDIR),
+            Some((name, v)) => {
+                let p = PathBuf::from(&v);
+                if !p.is_dir() {
+                    return Err(Error::InvalidArgument(format!(
+                        "environment variable {name}='{v}': no such directory (it names where \
+                         LLVM's OpenMP device runtimes libomptarget-*.bc are)"
+                    )));
+                }
+                p
+            }
+        };
         Ok(JitConfig {
             options: JitOptions {
                 opt_level,
@@ -345,6 +358,7 @@ impl JitConfig {
                 replacement_object: input_file(&REPLACEMENT_OBJECT)?,
                 pre_opt_ir: output_path(&PRE_OPT_IR_MODULE, false)?,
                 post_opt_ir: output_path(&POST_OPT_IR_MODULE, false)?,
+                device_runtime_dir: Some(device_runtime_dir),
             },
             save_image_dir: output_path(&SAVE_IMAGE, true)?,
             cache_capacity: cache_mb << 20,

@@ -2,7 +2,8 @@
 //!
 //! - The memory key ([`request_key`]): BLAKE3 over length-prefixed fields ([`KeyBuilder`]): the
 //!   image bytes, the target (triple, CPU, features), the options that change the output, the
-//!   LLVM and engine versions, any replacement module or object, and the post-processing step.
+//!   LLVM and engine versions, any replacement module or object, the post-processing step, and
+//!   the OpenMP device runtime file that would be linked for the target (by its stamp).
 //!   Never an address: a freed image whose address is reused can never hit another program's
 //!   entry.
 //! - The toolchain ([`toolchain`]): the engine's contents (the worker executable, or the
@@ -64,7 +65,24 @@ pub fn request_key(config: &JitConfig, request: &CompileRequest<'_>) -> CacheKey
             "replacement-object",
             o.replacement_object.as_ref().map_or(&[][..], |r| &r.bytes),
         )
-        .field("post-process", request.post.id().as_bytes());
+        .field("post-process", request.post.id().as_bytes())
+        // The OpenMP device runtime the worker links into OpenMP device modules for this
+        // target (by its file's identity, as the tools are): another runtime, another result.
+        .field(
+            "device-runtime",
+            o.device_runtime_dir
+                .as_deref()
+                .and_then(|d| {
+                    offload_core::jit::openmp_device_runtime(
+                        d,
+                        &request.target.triple,
+                        &request.target.cpu,
+                    )
+                })
+                .map(|p| file_stamp(&p))
+                .unwrap_or_default()
+                .as_bytes(),
+        );
     k.finish()
 }
 

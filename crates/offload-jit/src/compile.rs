@@ -339,6 +339,140 @@ unsafe extern "C" {
     fn offload_jit_make_work_groups(module: llvm_sys::prelude::LLVMModuleRef) -> i32;
 }
 
+/// Links LLVM's OpenMP device runtime into an OpenMP device module for a GPU that calls it.
+///
+/// clang's JIT mode (`-fopenmp-target-jit`) embeds the device code before the device link, and
+/// with `-nogpulib` (or `-nocudalib`) nothing links the runtime at all: the module declares
+/// `__kmpc_target_init`, `__kmpc_parallel_51`, ... and defines none of them, and `ptxas` or
+/// `ld.lld` would refuse it. Here, a module with clang's `openmp-device` flag that declares a
+/// `__kmpc_` function gets the runtime of its exact target ([`openmp_device_runtime`] in
+/// [`JitOptions::device_runtime_dir`]), as clang links it for an ahead-of-time build: every
+/// runtime function the program does not define becomes internal, so the optimiser keeps only
+/// what the kernels reach (nothing of the AMD runtime's RPC printing unless a kernel prints);
+/// the runtime's globals (`__omp_rtl_device_environment`, the memory pool) stay visible for the
+/// plugin to write. Returns whether it linked.
+///
+/// [`openmp_device_runtime`]: offload_core::jit::openmp_device_runtime
+fn link_openmp_device_runtime<'ctx>(
+    context: &'ctx Context,
+    module: &Module<'ctx>,
+    triple: &str,
+    target: &JitTarget,
+    options: &JitOptions,
+    layout: &str,
+) -> Result<bool> {
+    use inkwell::module::Linkage;
+    if module.get_flag("openmp-device").is_none() {
+        return Ok(false);
+    }
+    let Some(needed) = module
+        .get_functions()
+        .filter(|f| f.count_basic_blocks() == 0)
+        .map(|f| f.get_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("__kmpc_"))
+    else {
+        return Ok(false);
+    };
+    let Some(name) = offload_core::jit::openmp_device_runtime_name(triple, &target.cpu) else {
+        return Err(Error::Unsupported(format!(
+            "the OpenMP device module calls '{needed}' from LLVM's OpenMP device runtime, which \
+             exists for NVIDIA (nvptx64) and AMD (amdgcn) GPUs only, not for '{triple}' \
+             processor '{}'",
+            target.cpu
+        )));
+    };
+    let dir = options.device_runtime_dir.as_deref().ok_or_else(|| {
+        Error::Unsupported(format!(
+            "the OpenMP device module calls '{needed}' and no directory of OpenMP device \
+             runtimes is configured (set {})",
+            offload_core::jit::ENV_DEVICE_RUNTIME_DIR
+        ))
+    })?;
+    let path = offload_core::jit::openmp_device_runtime(dir, triple, &target.cpu).ok_or_else(
+        || {
+            Error::Unsupported(format!(
+                "the OpenMP device module calls '{needed}' from LLVM's OpenMP device runtime, \
+                 and '{}' does not exist (install libomp-19-dev, or set {} to the directory \
+                 that holds {name})",
+                dir.join(&name).display(),
+                offload_core::jit::ENV_DEVICE_RUNTIME_DIR
+            ))
+        },
+    )?;
+    let bytes = std::fs::read(&path).map_err(|e| {
+        Error::System(format!(
+            "reading the OpenMP device runtime '{}': {e}",
+            path.display()
+        ))
+    })?;
+    let what = path.display().to_string();
+    let runtime = target_info::parse_module(context, &bytes, &what, layout).map_err(|e| {
+        Error::System(format!("the OpenMP device runtime '{what}' is unreadable: {e}"))
+    })?;
+    let ours: std::collections::HashSet<String> = module
+        .get_functions()
+        .filter(|f| f.count_basic_blocks() > 0)
+        .map(|f| f.get_name().to_string_lossy().into_owned())
+        .chain(
+            module
+                .get_globals()
+                .filter(|g| g.get_initializer().is_some())
+                .map(|g| g.get_name().to_string_lossy().into_owned()),
+        )
+        .collect();
+    module.link_in_module(runtime).map_err(|e| {
+        Error::CompileFailure(format!(
+            "linking the OpenMP device runtime '{what}': {}",
+            e.to_string_lossy()
+        ))
+    })?;
+    for f in module.get_functions() {
+        if f.count_basic_blocks() > 0
+            && !ours.contains(f.get_name().to_string_lossy().as_ref())
+            && !matches!(f.get_linkage(), Linkage::Internal | Linkage::Private)
+        {
+            f.set_linkage(Linkage::Internal);
+        }
+    }
+    // The runtime's own globals become internal too (its `weak` configuration constants, such
+    // as `__omp_rtl_debug_kind`, then fold away with the debugging code they guard), except
+    // the ones the plugin writes at load (`__omp_rtl_device_environment`, the memory pool and
+    // its tracker) and LLVM's own (`llvm.used`).
+    for g in module.get_globals() {
+        let name = g.get_name().to_string_lossy().into_owned();
+        if g.get_initializer().is_some()
+            && !ours.contains(&name)
+            && !name.starts_with("__omp_rtl_device_")
+            && !name.starts_with("llvm.")
+            && !matches!(g.get_linkage(), Linkage::Internal | Linkage::Private)
+        {
+            g.set_linkage(Linkage::Internal);
+        }
+    }
+    // The AMD runtime reads the code object version (`__oclc_ABI_version`, from the ROCm device
+    // libraries, which clang defines for a full device link): the module's own
+    // `amdhsa_code_object_version` flag, else LLVM 19's default (5).
+    if let Some(g) = module
+        .get_global("__oclc_ABI_version")
+        .filter(|g| g.get_initializer().is_none())
+    {
+        let version = module
+            .get_flag("amdhsa_code_object_version")
+            .and_then(|m| {
+                // The flag's value prints as `i32 500`.
+                use inkwell::values::AnyValue;
+                let text = m.print_to_string().to_string_lossy().into_owned();
+                text.rsplit(' ').next()?.parse::<u64>().ok()
+            })
+            .filter(|v| (100..=900).contains(v))
+            .unwrap_or(500);
+        g.set_initializer(&context.i32_type().const_int(version, false));
+        g.set_constant(true);
+        g.set_linkage(Linkage::Internal);
+    }
+    Ok(true)
+}
+
 /// Compiles `image` (bitcode or IR) to PTX text or an object file for `target`. With
 /// `work_groups` (images for the host plugin), each kernel also gets a work-group function
 /// (`cpp/work_groups/`) before the module is optimised, unless the module is OpenMP device
@@ -390,6 +524,9 @@ pub fn compile(
         )));
     }
     check_intrinsics(&module, &triple)?;
+    if link_openmp_device_runtime(&context, &module, &triple, target, options, &layout)? {
+        crate::phases::mark("link OpenMP device runtime");
+    }
     retarget(&module, &context, &target.cpu, &features);
     check_function_features(&module, &target.cpu, &features)?;
     let signatures = signatures(&module, &triple);

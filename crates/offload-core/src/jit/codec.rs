@@ -116,6 +116,14 @@ impl JitOptions {
         encode_named_file(w, &self.replacement_object);
         encode_output_path(w, &self.pre_opt_ir);
         encode_output_path(w, &self.post_opt_ir);
+        match &self.device_runtime_dir {
+            None => {
+                w.u8(0);
+            }
+            Some(d) => {
+                w.u8(1).path(d);
+            }
+        }
     }
     /// Reads the encoding.
     pub fn decode(r: &mut Reader<'_>) -> Result<Self> {
@@ -130,6 +138,7 @@ impl JitOptions {
             replacement_object: decode_named_file(r)?,
             pre_opt_ir: decode_output_path(r)?,
             post_opt_ir: decode_output_path(r)?,
+            device_runtime_dir: if r.bool()? { Some(r.path()?) } else { None },
         })
     }
 }
@@ -353,6 +362,7 @@ mod tests {
                 path: "x.ll".into(),
             }),
             post_opt_ir: None,
+            device_runtime_dir: Some("/usr/lib/llvm-19/lib".into()),
         };
         let mut w = Writer::default();
         options.encode(&mut w);

@@ -222,6 +222,10 @@ pub struct JitOptions {
     pub pre_opt_ir: Option<OutputPath>,
     /// IR dump after optimisation.
     pub post_opt_ir: Option<OutputPath>,
+    /// Where LLVM's OpenMP device runtimes are (`libomptarget-nvptx-sm_90.bc`,
+    /// `libomptarget-amdgpu-gfx90a.bc`): an OpenMP device module that calls the runtime
+    /// (`__kmpc_*`) is linked with the one for its target ([`openmp_device_runtime`]).
+    pub device_runtime_dir: Option<PathBuf>,
 }
 
 impl Default for JitOptions {
@@ -233,6 +237,7 @@ impl Default for JitOptions {
             replacement_object: None,
             pre_opt_ir: None,
             post_opt_ir: None,
+            device_runtime_dir: None,
         }
     }
 }
@@ -294,4 +299,7 @@ mod tools;
 pub mod wire;
 
 pub use codec::*;
-pub use tools::{ENV_LLD, LLD_CANDIDATES, locate_lld};
+pub use tools::{
+    ENV_DEVICE_RUNTIME_DIR, ENV_LLD, LLD_CANDIDATES, locate_lld, openmp_device_runtime,
+    openmp_device_runtime_name,
+};
