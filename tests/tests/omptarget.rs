@@ -338,10 +338,11 @@ fn offload_diagnostics_trace_openmp_programs() {
     );
 }
 
-/// A device of another plugin (the test backend, ELF machine 0x7E57) follows the host's
-/// four; an x86-64 region sent there fails with upstream's message and the plugin's reason,
-/// and the offload policy decides what follows (mandatory: upstream's fatal error; disabled:
-/// the region runs on the host).
+/// Devices are numbered as upstream numbers them: only a device that can run one of the
+/// program's images gets a number. The test backend's device (ELF machine 0x7E57) cannot run
+/// x86-64 images, so the program sees the host's four devices; why the others did not take the
+/// image is in the info lines (`LIBOMPTARGET_INFO` 0x10) and, when no device is left, in the
+/// mandatory policy's failure. Device 4 is then the initial device, 5 is out of range.
 #[test]
 fn a_device_that_cannot_run_the_image_says_why() {
     let lib = library_dir();
@@ -351,22 +352,57 @@ fn a_device_that_cannot_run_the_image_says_why() {
     let out = Command::new(&program)
         .arg("4")
         .envs(path)
+        .env("LIBOMPTARGET_INFO", "16")
         .env_remove("OMP_TARGET_OFFLOAD")
         .output()
         .unwrap();
-    assert!(stdout(&out).contains("devices 6"), "{}", stdout(&out));
+    assert!(
+        out.status.success() && stdout(&out) == "devices 4\ninitial 1\n",
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
     let said = stderr(&out);
     assert!(
-        said.contains("Device 4 (testdev:0) cannot run this program's image(s)")
-            && said.contains("EM_X86_64")
+        said.lines()
+            .any(|l| l.contains("not taken by plugin 'testdev'") && l.contains("EM_X86_64")),
+        "{said}"
+    );
+    // The host's devices run it.
+    let out = Command::new(&program).arg("2").envs(path).output().unwrap();
+    assert!(stdout(&out).contains("initial 0"), "{}", stderr(&out));
+    // Out of range: upstream's fatal error.
+    let out = Command::new(&program).arg("5").envs(path).output().unwrap();
+    assert!(
+        !out.status.success()
+            && stderr(&out).contains("Device number '5' out of range, only 4 devices available"),
+        "{}",
+        stderr(&out)
+    );
+    // No host device and only the test backend's: nothing can run the image; mandatory
+    // offloading fails with upstream's messages and says why.
+    let out = Command::new(&program)
+        .arg("0")
+        .envs(path)
+        .env("OFFLOAD_OMP_HOST_DEVICES", "0")
+        .env("OMP_TARGET_OFFLOAD", "MANDATORY")
+        .output()
+        .unwrap();
+    let said = stderr(&out);
+    assert!(
+        !out.status.success()
+            && stdout(&out).contains("devices 0")
+            && said.contains("No images found compatible with the installed hardware.")
+            && said.lines().any(
+                |l| l.starts_with("omptarget error: Not taken: plugin 'testdev'")
+                    && l.contains("EM_X86_64")
+            )
             && said.contains(
                 "omptarget fatal error 1: failure of target construct while offloading is mandatory"
             ),
         "{said}"
     );
-    // The host's devices still run it, and with offloading disabled it runs on the host.
-    let out = Command::new(&program).arg("2").envs(path).output().unwrap();
-    assert!(stdout(&out).contains("initial 0"), "{}", stderr(&out));
+    // With offloading disabled it runs on the host.
     let out = Command::new(&program)
         .arg("4")
         .envs(path)
@@ -601,7 +637,9 @@ int main(int argc, char **argv) {
         let p = dir.join(format!("img-{tag}"));
         std::fs::write(&p, bytes).unwrap();
         let mut cmd = Command::new(&driver);
-        cmd.arg(&p).env("OFFLOAD_OMP_HOST_DEVICES", "1");
+        cmd.arg(&p)
+            .env("OFFLOAD_OMP_HOST_DEVICES", "1")
+            .env("LIBOMPTARGET_INFO", "16");
         cmd.output().unwrap()
     };
     // The unmutated image runs.
@@ -614,7 +652,7 @@ int main(int argc, char **argv) {
     );
     let mut seq = offload_core::rand::XorShift(0x0ff1_0ad5);
     let mut next = || seq.next_u64();
-    let (mut ran, mut refused) = (0, 0);
+    let (mut ran, mut refused, mut untaken) = (0, 0, 0);
     for i in 0..40 {
         let mut m = good.clone();
         match next() % 3 {
@@ -635,6 +673,18 @@ int main(int argc, char **argv) {
         let out = run_image(&m, &i.to_string());
         match (out.status.code(), out.status.signal()) {
             (Some(0), _) if stdout(&out).contains("rc 0") => ran += 1,
+            // No plugin's device takes the image, so there is no device and the default
+            // policy is "disabled": the construct fails and the program runs its host code,
+            // as upstream's does.
+            (Some(0), _)
+                if stdout(&out).contains("rc -1")
+                    && stderr(&out).lines().any(|l| {
+                        l.contains("not taken by plugin 'host'")
+                            || l.contains("not taken by device host:0")
+                    }) =>
+            {
+                untaken += 1
+            }
             (_, Some(libc::SIGABRT))
                 if stderr(&out).contains(
                     "omptarget fatal error 1: failure of target construct while offloading is mandatory",
@@ -649,10 +699,13 @@ int main(int argc, char **argv) {
             ),
         }
     }
-    println!("40 mutants: {ran} ran, {refused} refused with upstream's fatal error");
-    assert_eq!(ran + refused, 40);
+    println!(
+        "40 mutants: {ran} ran, {refused} refused with upstream's fatal error, {untaken} taken \
+         by no device"
+    );
+    assert_eq!(ran + refused + untaken, 40);
     assert!(
-        refused > 0,
+        refused + untaken > 0,
         "no mutant was refused: the mutations do nothing"
     );
 }

@@ -339,7 +339,8 @@ unsafe extern "C" {
     fn offload_jit_make_work_groups(module: llvm_sys::prelude::LLVMModuleRef) -> i32;
 }
 
-/// Links LLVM's OpenMP device runtime into an OpenMP device module for a GPU that calls it.
+/// Links LLVM's OpenMP device runtime into an OpenMP device module for a GPU (nvptx64, amdgcn)
+/// that calls it; modules for other targets are left as they are.
 ///
 /// clang's JIT mode (`-fopenmp-target-jit`) embeds the device code before the device link, and
 /// with `-nogpulib` (or `-nocudalib`) nothing links the runtime at all: the module declares
@@ -373,13 +374,9 @@ fn link_openmp_device_runtime<'ctx>(
     else {
         return Ok(false);
     };
+    // The host's OpenMP device code calls libomp, which the program has loaded.
     let Some(name) = offload_core::jit::openmp_device_runtime_name(triple, &target.cpu) else {
-        return Err(Error::Unsupported(format!(
-            "the OpenMP device module calls '{needed}' from LLVM's OpenMP device runtime, which \
-             exists for NVIDIA (nvptx64) and AMD (amdgcn) GPUs only, not for '{triple}' \
-             processor '{}'",
-            target.cpu
-        )));
+        return Ok(false);
     };
     let dir = options.device_runtime_dir.as_deref().ok_or_else(|| {
         Error::Unsupported(format!(
@@ -388,8 +385,8 @@ fn link_openmp_device_runtime<'ctx>(
             offload_core::jit::ENV_DEVICE_RUNTIME_DIR
         ))
     })?;
-    let path = offload_core::jit::openmp_device_runtime(dir, triple, &target.cpu).ok_or_else(
-        || {
+    let path =
+        offload_core::jit::openmp_device_runtime(dir, triple, &target.cpu).ok_or_else(|| {
             Error::Unsupported(format!(
                 "the OpenMP device module calls '{needed}' from LLVM's OpenMP device runtime, \
                  and '{}' does not exist (install libomp-19-dev, or set {} to the directory \
@@ -397,8 +394,7 @@ fn link_openmp_device_runtime<'ctx>(
                 dir.join(&name).display(),
                 offload_core::jit::ENV_DEVICE_RUNTIME_DIR
             ))
-        },
-    )?;
+        })?;
     let bytes = std::fs::read(&path).map_err(|e| {
         Error::System(format!(
             "reading the OpenMP device runtime '{}': {e}",
@@ -407,7 +403,9 @@ fn link_openmp_device_runtime<'ctx>(
     })?;
     let what = path.display().to_string();
     let runtime = target_info::parse_module(context, &bytes, &what, layout).map_err(|e| {
-        Error::System(format!("the OpenMP device runtime '{what}' is unreadable: {e}"))
+        Error::System(format!(
+            "the OpenMP device runtime '{what}' is unreadable: {e}"
+        ))
     })?;
     let ours: std::collections::HashSet<String> = module
         .get_functions()

@@ -253,6 +253,14 @@ impl PluginSlot {
         }
     }
 
+    /// The plugin-level image check: whether the plugin serves images of this kind (ELF
+    /// machine, bitcode triple), before any device is asked. Does not initialise the plugin.
+    pub fn check_image(&self, image: &[u8]) -> Result<()> {
+        self.loaded()
+            .ok_or_else(|| Error::PluginLoad(format!("plugin '{}' is not loaded", self.name)))?
+            .check_image(image)
+    }
+
     /// Initialises the plugin on first call and returns its device count.
     pub fn device_count(&self) -> Result<usize> {
         match &self.state {
@@ -895,10 +903,7 @@ impl PluginSlot {
     /// The first device of this plugin that accepts `image`, after the plugin-level check. A
     /// plugin that can run the image but has no device says so (`NoDevice`, with its reason).
     fn pick_device(&self, image: &[u8]) -> Result<Device> {
-        let plugin = self
-            .loaded()
-            .ok_or_else(|| Error::PluginLoad(format!("plugin '{}' is not loaded", self.name)))?;
-        plugin.check_image(image)?;
+        self.check_image(image)?;
         let count = match self.device_count() {
             Ok(n) => n,
             Err(Error::NoDevice(why)) => {

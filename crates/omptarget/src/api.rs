@@ -68,7 +68,7 @@ unsafe fn wait_for_depobjs(count: c_int, depobj_list: *mut c_void) {
 }
 
 fn num_devices() -> c_int {
-    rtl::get().map_or(0, |r| r.devices.len() as c_int)
+    rtl::get().map_or(0, |r| r.device_count() as c_int)
 }
 
 /// The device for `dev`, or `None` for the initial (host) device; out of range is fatal.
@@ -86,7 +86,9 @@ fn device(dev: c_int, what: &str) -> Result<Option<Arc<OmpDevice>>, ()> {
             &format!("Device number '{dev}' out of range, only {n} devices available"),
         );
     }
-    let d = rtl.devices[dev as usize].clone();
+    let Some(d) = rtl.device(dev as usize) else {
+        return Err(());
+    };
     if let Err(e) = rtl.init_device(&d) {
         messages::error(&format!("{what}: device {dev}: {e}"));
         return Err(());
@@ -569,7 +571,7 @@ pub extern "C" fn ompx_dump_mapping_tables() {
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_print_device_info(dev: i64) -> i32 {
     let Some(rtl) = rtl::get() else { return 0 };
-    match rtl.devices.get(dev.max(0) as usize) {
+    match rtl.device(dev.max(0) as usize) {
         Some(d) => {
             match d.device.info() {
                 Ok(i) => println!("Device {dev}: {} ({})", i.name, i.compute_unit_kind),

@@ -20,6 +20,7 @@
 
 mod abi;
 mod api;
+mod gpu;
 mod mapping;
 mod messages;
 mod ompt;

@@ -7,6 +7,7 @@
 //! this library (not next to the executable), then in `OFFLOAD_PLUGIN_PATH`.
 
 use crate::abi::{self, BinDesc, OffloadEntry};
+use crate::gpu;
 use crate::mapping::{self, DeviceMemory, Table};
 use crate::messages;
 use crate::ompt;
@@ -36,6 +37,16 @@ pub struct HostEntry {
     pub data: i32,
 }
 
+/// What a target construct asks of its launch (`KernelArgsTy` after upstream's upgrade).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaunchRequest {
+    pub version: u32,
+    pub num_teams: u32,
+    pub thread_limit: u32,
+    pub tripcount: u64,
+    pub dyn_cgroup_mem: u32,
+}
+
 /// A registered image.
 #[derive(Debug)]
 pub struct Image {
@@ -59,8 +70,10 @@ pub struct DeviceState {
     pub initialised: Option<u64>,
     /// Images loaded here, by (descriptor, image index).
     pub loaded: HashMap<(usize, usize), Arc<Program>>,
-    /// Kernels by region id (host address of the entry): (descriptor, image index, name).
-    pub kernels: HashMap<usize, ((usize, usize), offload::Kernel, String)>,
+    /// Kernels by region id (host address of the entry).
+    pub kernels: HashMap<usize, LoadedKernel>,
+    /// Device memory an image's load made (the indirect-call table), freed with it.
+    pub image_memory: HashMap<(usize, usize), Vec<u64>>,
     /// The host addresses of the globals each descriptor's images mapped here.
     pub globals: HashMap<usize, Vec<usize>>,
     /// Why registered images were not loaded here (the plugin's refusal), by image.
@@ -69,11 +82,37 @@ pub struct DeviceState {
     pub announced: bool,
 }
 
+/// A kernel of a loaded image.
+#[derive(Debug, Clone)]
+pub struct LoadedKernel {
+    /// (descriptor, image index).
+    pub image: (usize, usize),
+    pub kernel: offload::Kernel,
+    pub name: String,
+    /// Its kernel environment, on a GPU.
+    pub config: Option<gpu::KernelConfig>,
+}
+
+/// What a GPU device needs for OpenMP's kernel protocol ([`gpu`]).
+#[derive(Debug)]
+pub struct GpuDevice {
+    pub family: gpu::Family,
+    pub grid: gpu::Grid,
+    pub info: offload::DeviceInfo,
+    /// This device's index in its plugin, and the plugin's device count.
+    pub index: (usize, usize),
+    /// The AMD heap (`__omp_rtl_device_memory_pool`): address and size, made at the first
+    /// load of an image that has the pool.
+    pub heap: Mutex<Option<(u64, u64)>>,
+}
+
 /// One OpenMP device.
 #[derive(Debug)]
 pub struct OmpDevice {
     pub id: usize,
     pub device: Device,
+    /// The OpenMP GPU protocol's state, for a CUDA or AMD device.
+    pub gpu: Option<GpuDevice>,
     pub state: Mutex<DeviceState>,
     /// Held while the device loads registered images ([`Rtl::init_device`]).
     pub init: Mutex<()>,
@@ -102,6 +141,11 @@ impl Drop for OmpDevice {
             ompt::device_finalize(self.id);
         }
         self.pool.release(&self.device);
+        if let Some(g) = &self.gpu {
+            if let Some((heap, _)) = lock(&g.heap).take() {
+                pool::Backing::free_raw(&self.device, heap);
+            }
+        }
     }
 }
 
@@ -109,6 +153,134 @@ impl OmpDevice {
     /// The host's device number (`omp_get_initial_device`), for OMPT.
     fn host_number(&self) -> i64 {
         ompt::host_device()
+    }
+}
+
+impl OmpDevice {
+    /// The bytes of global `name` of `program`, `None` if the image has no such global; the
+    /// global must be `size` bytes.
+    fn read_global(
+        &self,
+        program: &Program,
+        name: &str,
+        size: usize,
+    ) -> Result<Option<Vec<u8>>, String> {
+        // SAFETY: a lookup touches no memory.
+        let Ok(g) = unsafe { self.device.raw() }.global(program.handle(), name) else {
+            return Ok(None);
+        };
+        if g.size != size as u64 {
+            return Err(format!(
+                "global '{name}' is {} bytes; LLVM 19's is {size}",
+                g.size
+            ));
+        }
+        let mut bytes = vec![0u8; size];
+        // SAFETY: the global's own bytes, into a buffer of its size.
+        unsafe { self.device.raw() }
+            .read(&mut bytes, g.ptr)
+            .map_err(|e| format!("reading global '{name}': {e}"))?;
+        Ok(Some(bytes))
+    }
+
+    /// Writes `bytes` into global `name` of `program`; `false` if the image has no such
+    /// global. The global must be as long as `bytes`.
+    fn write_global(&self, program: &Program, name: &str, bytes: &[u8]) -> Result<bool, String> {
+        // SAFETY: a lookup touches no memory.
+        let Ok(g) = unsafe { self.device.raw() }.global(program.handle(), name) else {
+            return Ok(false);
+        };
+        if g.size != bytes.len() as u64 {
+            return Err(format!(
+                "global '{name}' is {} bytes; LLVM 19's is {}",
+                g.size,
+                bytes.len()
+            ));
+        }
+        // SAFETY: the global's own bytes; no launch of this program runs yet.
+        unsafe { self.device.raw() }
+            .write(g.ptr, bytes)
+            .map_err(|e| format!("writing global '{name}': {e}"))?;
+        Ok(true)
+    }
+
+    /// The kernel environment of `kernel` (upstream's `GenericKernelTy::init`): a kernel without
+    /// one is bare; one that is malformed is an error naming the byte.
+    fn kernel_config(&self, program: &Program, kernel: &str) -> Result<gpu::KernelConfig, String> {
+        let global = format!("{kernel}_kernel_environment");
+        match self.read_global(program, &global, gpu::KERNEL_ENV_SIZE) {
+            Ok(Some(bytes)) => gpu::KernelConfig::parse(kernel, &bytes),
+            Ok(None) => Ok(gpu::KernelConfig::bare()),
+            Err(e) => Err(format!("kernel '{kernel}': {e}")),
+        }
+        .map_err(|e| format!("kernel environment of device {}: {e}", self.id))
+    }
+
+    /// The rest of a GPU image's load, in upstream's order (`loadBinary`): the indirect-call
+    /// table and the device environment, the AMD heap, then the image's constructors (its
+    /// init kernel). Device memory made for the image goes to `memory`.
+    fn gpu_load(
+        &self,
+        g: &GpuDevice,
+        settings: &gpu::Settings,
+        program: &Program,
+        indirect: Vec<(u64, u64)>,
+        memory: &mut Vec<u64>,
+    ) -> Result<(), String> {
+        let mut table = (0, 0);
+        if !indirect.is_empty() {
+            let n = indirect.len() as u64;
+            let bytes = gpu::indirect_call_table(indirect);
+            let p = pool::Backing::alloc_raw(&self.device, bytes.len() as u64)
+                .map_err(|e| format!("allocating the indirect-call table: {e}"))?;
+            memory.push(p);
+            // SAFETY: a fresh allocation of this length.
+            unsafe { self.device.raw() }
+                .write(offload::DevicePtr(p), &bytes)
+                .map_err(|e| format!("writing the indirect-call table: {e}"))?;
+            table = (p, n);
+        }
+        let env = gpu::device_environment(g.family, &g.info, g.index, settings, &g.grid, table);
+        if !self.write_global(program, gpu::DEVICE_ENV, &env.bytes())? {
+            tracing::debug!(target: "offload::image",
+                "OpenMP device {}: the image has no {}", self.id, gpu::DEVICE_ENV);
+        }
+        if g.family == gpu::Family::Amd {
+            // SAFETY: a lookup touches no memory.
+            let has_pool = unsafe { self.device.raw() }
+                .global(program.handle(), gpu::MEMORY_POOL)
+                .is_ok();
+            if has_pool {
+                let (ptr, size) = {
+                    let mut heap = lock(&g.heap);
+                    *heap.get_or_insert_with(|| {
+                        let size = settings.heap_size.unwrap_or(gpu::DEFAULT_AMD_HEAP);
+                        match pool::Backing::alloc_raw(&self.device, size) {
+                            Ok(p) => (p, size),
+                            Err(e) => {
+                                messages::error(&format!(
+                                    "Failure to allocate device memory for global memory pool: {e}"
+                                ));
+                                (0, 0)
+                            }
+                        }
+                    })
+                };
+                self.write_global(
+                    program,
+                    gpu::MEMORY_POOL_TRACKER,
+                    &gpu::memory_pool_tracker(),
+                )?;
+                self.write_global(program, gpu::MEMORY_POOL, &gpu::memory_pool(ptr, size))?;
+            }
+        }
+        let init = g.family.ctor_kernels().0;
+        if let Ok(k) = program.kernel(init) {
+            // SAFETY: the init kernel takes no arguments and runs the image's constructors.
+            unsafe { program.launch(&k, &LaunchDims::linear(1, 1), &[]) }
+                .map_err(|e| format!("running the constructors ({init}): {e}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -197,9 +369,17 @@ impl DeviceMemory for OmpDevice {
 #[derive(Debug)]
 pub struct Rtl {
     /// Owns the plugins the devices belong to.
-    #[expect(dead_code, reason = "held for the plugins' lifetime, never read")]
     pub runtime: Runtime,
-    pub devices: Vec<Arc<OmpDevice>>,
+    /// The OpenMP devices, numbered as registration finds them ([`Rtl::number_devices`]).
+    devices: Mutex<Vec<Arc<OmpDevice>>>,
+    /// The plugin devices already numbered: (plugin, index).
+    numbered: Mutex<std::collections::HashSet<(String, usize)>>,
+    /// Why plugins or devices did not take registered images, once per image and device.
+    refusals: Mutex<Vec<String>>,
+    /// The images numbering has looked at: (descriptor, image index).
+    examined: Mutex<std::collections::HashSet<(usize, usize)>>,
+    /// The GPU settings of the environment, read once.
+    pub gpu_settings: gpu::Settings,
     pub libraries: Mutex<Vec<Library>>,
     /// How many descriptors were ever registered (images and requires flags change only then).
     pub registrations: std::sync::atomic::AtomicU64,
@@ -251,39 +431,28 @@ fn make_rtl() -> Rtl {
     ));
     let filter = offload::plugin_filter().ok().flatten();
     let runtime = Runtime::with_plugin_dirs(&dirs, filter.as_deref());
-    // Upstream numbers devices as plugins are initialised: the host plugin's come first here
-    // (the GPU plugins cannot run x86-64 images; their devices follow, for images they take).
-    let mut devices = Vec::new();
-    let pools = pool::Pool::from_env();
-    let mut order: Vec<&offload::PluginSlot> = runtime.plugins().iter().collect();
-    order.sort_by_key(|s| s.name() != "host");
-    for slot in order {
-        let Ok(n) = slot.device_count() else { continue };
-        let copies = if slot.name() == "host" {
-            host_devices()
-        } else {
-            1
-        };
-        for i in 0..n {
-            let Ok(device) = slot.device(i) else { continue };
-            for _ in 0..copies {
-                devices.push(Arc::new(OmpDevice {
-                    id: devices.len(),
-                    device: device.clone(),
-                    state: Mutex::default(),
-                    init: Mutex::default(),
-                    pool: pools.like(),
-                }));
-            }
-        }
-    }
-    ompt::set_host_device(devices.len());
+    ompt::set_host_device(0);
     Rtl {
         runtime,
-        devices,
+        devices: Mutex::default(),
+        numbered: Mutex::default(),
+        refusals: Mutex::default(),
+        examined: Mutex::default(),
+        gpu_settings: gpu::Settings::from_env(),
         libraries: Mutex::default(),
         registrations: Default::default(),
         requires: Mutex::new(0),
+    }
+}
+
+/// Upstream's plugin order (`amdgpu`, `cuda`, `host`: LLVM 19's `LIBOMPTARGET_PLUGINS_TO_BUILD`
+/// order), then any other plugin in the runtime's order.
+fn plugin_rank(name: &str) -> usize {
+    match name {
+        "amdgpu" => 0,
+        "cuda" => 1,
+        "host" => 2,
+        _ => 3,
     }
 }
 
@@ -356,6 +525,144 @@ unsafe fn read_entries(
 }
 
 impl Rtl {
+    /// The number of OpenMP devices (`omp_get_num_devices`).
+    pub fn device_count(&self) -> usize {
+        lock(&self.devices).len()
+    }
+
+    /// OpenMP device `id`.
+    pub fn device(&self, id: usize) -> Option<Arc<OmpDevice>> {
+        lock(&self.devices).get(id).cloned()
+    }
+
+    /// Every OpenMP device, in number order.
+    pub fn all_devices(&self) -> Vec<Arc<OmpDevice>> {
+        lock(&self.devices).clone()
+    }
+
+    /// Why plugins and devices did not take the registered images (for the mandatory policy's
+    /// failure and the info lines).
+    pub fn refusals(&self) -> Vec<String> {
+        lock(&self.refusals).clone()
+    }
+
+    /// Upstream's `registerLib` numbering: for each registered image not yet examined, in
+    /// registration order, each plugin in upstream's order ([`plugin_rank`]) that serves its
+    /// kind, and each of its devices that can run it: a device not yet numbered becomes the
+    /// next OpenMP device (the host's one device becomes `OFFLOAD_OMP_HOST_DEVICES`, 4 by
+    /// default, as upstream's host plugin has 4). Only devices that can run an image of the
+    /// program are numbered; why the others cannot goes to the info lines
+    /// (`LIBOMPTARGET_INFO` bit 0x10) and into the mandatory policy's failure.
+    fn number_devices(&self) {
+        let images: Vec<((usize, usize), Arc<Image>)> = lock(&self.libraries)
+            .iter()
+            .flat_map(|l| {
+                l.images
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, img)| ((l.desc, i), img.clone()))
+            })
+            .collect();
+        let mut order: Vec<&offload::PluginSlot> = self.runtime.plugins().iter().collect();
+        order.sort_by_key(|s| plugin_rank(s.name()));
+        let pools = pool::Pool::from_env();
+        for (key, img) in images {
+            if !lock(&self.examined).insert(key) {
+                continue;
+            }
+            let mut refused = Vec::new();
+            for slot in &order {
+                if let Err(e) = slot.check_image(&img.bytes) {
+                    refused.push(format!("plugin '{}': {e}", slot.name()));
+                    continue;
+                }
+                let count = match slot.device_count() {
+                    Ok(0) => {
+                        refused.push(format!("plugin '{}' has no devices", slot.name()));
+                        continue;
+                    }
+                    Ok(n) => n,
+                    Err(e) => {
+                        refused.push(format!("plugin '{}': {e}", slot.name()));
+                        continue;
+                    }
+                };
+                for i in 0..count {
+                    let device = match slot.device(i) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            refused.push(format!("device {}:{i}: {e}", slot.name()));
+                            continue;
+                        }
+                    };
+                    // SAFETY: an image check touches no memory.
+                    if let Err(e) = unsafe { device.raw() }.check_image(&img.bytes) {
+                        refused.push(format!("device {device}: {e}"));
+                        continue;
+                    }
+                    if !lock(&self.numbered).insert((slot.name().to_string(), i)) {
+                        continue;
+                    }
+                    self.add_device(slot, device, (i, count), &pools);
+                }
+            }
+            for why in refused {
+                messages::info_line(messages::info::PLUGIN_KERNEL, || {
+                    format!(
+                        "Image {} of descriptor {:#x} not taken by {why}",
+                        key.1, key.0
+                    )
+                });
+                lock(&self.refusals).push(why);
+            }
+        }
+        ompt::set_host_device(self.device_count());
+    }
+
+    fn add_device(
+        &self,
+        slot: &offload::PluginSlot,
+        device: Device,
+        index: (usize, usize),
+        pools: &pool::Pool,
+    ) {
+        let copies = if slot.name() == "host" {
+            host_devices()
+        } else {
+            1
+        };
+        let gpu = match gpu::Family::of_plugin(slot.name()) {
+            None => None,
+            Some(family) => match device.info() {
+                Ok(info) => Some(GpuDevice {
+                    family,
+                    grid: gpu::Grid::new(family, &info, &self.gpu_settings),
+                    info,
+                    index,
+                    heap: Mutex::default(),
+                }),
+                Err(e) => {
+                    lock(&self.refusals).push(format!("device {device}: {e}"));
+                    return;
+                }
+            },
+        };
+        let mut devices = lock(&self.devices);
+        let mut gpu = gpu;
+        for _ in 0..copies {
+            let id = devices.len();
+            tracing::info!(target: "offload::device", "OpenMP device {id} is {device}");
+            devices.push(Arc::new(OmpDevice {
+                id,
+                device: device.clone(),
+                gpu: gpu.take(),
+                state: Mutex::default(),
+                init: Mutex::default(),
+                pool: pools.like(),
+            }));
+        }
+    }
+
     /// `__tgt_register_lib`.
     ///
     /// # Safety
@@ -409,6 +716,7 @@ impl Rtl {
             desc: desc as usize,
             images,
         });
+        self.number_devices();
         self.registrations
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
@@ -419,10 +727,30 @@ impl Rtl {
         let key = desc as usize;
         tracing::info!(target: "offload::image", "OpenMP descriptor {key:#x} unregistered");
         lock(&self.libraries).retain(|l| l.desc != key);
-        for d in &self.devices {
+        lock(&self.examined).retain(|(lib, _)| *lib != key);
+        for d in self.all_devices() {
             let mut st = lock(&d.state);
-            st.loaded.retain(|(lib, _), _| *lib != key);
-            st.kernels.retain(|_, ((lib, _), _, _)| *lib != key);
+            let gone: Vec<(usize, usize)> = st
+                .loaded
+                .keys()
+                .filter(|(lib, _)| *lib == key)
+                .copied()
+                .collect();
+            for img in gone {
+                if let (Some(g), Some(program)) = (&d.gpu, st.loaded.get(&img)) {
+                    // The image's destructors (`declare target` C++ globals).
+                    let fini = g.family.ctor_kernels().1;
+                    if let Ok(k) = program.kernel(fini) {
+                        // SAFETY: the fini kernel takes no arguments.
+                        let _ = unsafe { program.launch(&k, &LaunchDims::linear(1, 1), &[]) };
+                    }
+                }
+                for p in st.image_memory.remove(&img).unwrap_or_default() {
+                    pool::Backing::free_raw(&d.device, p);
+                }
+                st.loaded.remove(&img);
+            }
+            st.kernels.retain(|_, k| k.image.0 != key);
             st.refused.retain(|(lib, _), _| *lib != key);
             // Its globals' mappings go with it: the library may come back at the same address.
             for addr in st.globals.remove(&key).unwrap_or_default() {
@@ -456,11 +784,11 @@ impl Rtl {
     /// `dumpTargetPointerMappings` of every device, after the construct at `at`
     /// (`file:line:col`), to standard error or standard output, last device first if asked.
     pub fn dump_tables(&self, at: &str, to_stdout: bool, last_first: bool) {
-        let mut devices: Vec<&Arc<OmpDevice>> = self.devices.iter().collect();
+        let mut devices = self.all_devices();
         if last_first {
             devices.reverse();
         }
-        for d in devices {
+        for d in &devices {
             let st = lock(&d.state);
             messages::dump_table(d.id, at, &st.table, to_stdout);
         }
@@ -549,12 +877,31 @@ impl Rtl {
                         kernels.push((e.addr, k, e.name.clone()));
                     }
                 }
+                // The GPU protocol's part of a load: the kernels' environments, the device
+                // environment, the heap, the constructors.
+                let mut configs = vec![None; kernels.len()];
+                let mut image_memory = Vec::new();
+                if let Some(g) = &dev.gpu {
+                    for (c, (_, _, name)) in configs.iter_mut().zip(&kernels) {
+                        *c = Some(dev.kernel_config(&program, name)?);
+                    }
+                    let indirect: Vec<(u64, u64)> = globals
+                        .iter()
+                        .filter(|(e, _, _)| e.flags & abi::ENTRY_INDIRECT != 0)
+                        .map(|(e, _, tgt)| (e.addr as u64, *tgt))
+                        .collect();
+                    dev.gpu_load(g, &self.gpu_settings, &program, indirect, &mut image_memory)
+                        .map_err(|e| format!("loading image {i} on device {}: {e}", dev.id))?;
+                }
                 let program = Arc::new(program);
                 let mut st = lock(&dev.state);
                 if !lock(&self.libraries).iter().any(|l| l.desc == lib) {
                     // Unregistered meanwhile: the program goes (outside the lock).
                     drop(st);
                     drop(program);
+                    for p in image_memory {
+                        pool::Backing::free_raw(&dev.device, p);
+                    }
                     continue;
                 }
                 let mut keys = Vec::new();
@@ -585,8 +932,19 @@ impl Rtl {
                     );
                     keys.push(e.addr);
                 }
-                for (addr, k, name) in kernels {
-                    st.kernels.insert(addr, ((lib, i), k, name));
+                for ((addr, kernel, name), config) in kernels.into_iter().zip(configs) {
+                    st.kernels.insert(
+                        addr,
+                        LoadedKernel {
+                            image: (lib, i),
+                            kernel,
+                            name,
+                            config,
+                        },
+                    );
+                }
+                if !image_memory.is_empty() {
+                    st.image_memory.insert((lib, i), image_memory);
                 }
                 st.globals.entry(lib).or_default().extend(keys);
                 st.loaded.insert((lib, i), program);
@@ -597,19 +955,22 @@ impl Rtl {
     }
 
     /// Launches the kernel of region `host_ptr` on `dev` with `args` (words: pointer-sized
-    /// values), upstream's way: the launch environment first, then the arguments, called once
-    /// (a 1x1 launch runs on the calling thread). Words fit a JIT-compiled kernel's `ptr` and
-    /// `i64` parameters as well as an AOT kernel's unknown ones.
+    /// values), upstream's way: the launch environment first, then the arguments. On the host
+    /// the kernel is called once (a 1x1 launch runs on the calling thread; libomp gives it its
+    /// parallelism); on a GPU with the teams and threads upstream's plugins choose ([`gpu`]).
+    /// Words fit a JIT-compiled kernel's `ptr` and `i64` parameters as well as an AOT kernel's
+    /// unknown ones.
     pub fn launch(
         &self,
         dev: &OmpDevice,
         host_ptr: usize,
         args: &[KernelArg],
+        request: &LaunchRequest,
     ) -> Result<(), String> {
         let st = lock(&dev.state);
-        let Some((img, kernel, name)) = st.kernels.get(&host_ptr) else {
-            // Upstream's message; then, if this device refused the program's images (a GPU
-            // device for x86-64 images), why.
+        let Some(k) = st.kernels.get(&host_ptr) else {
+            // Upstream's message; then, if this device refused some of the program's images,
+            // why.
             let mut why =
                 format!("Host ptr {host_ptr:#018x} does not have a matching target pointer.");
             if !st.refused.is_empty() {
@@ -628,22 +989,104 @@ impl Rtl {
         // A clone: an unregistration on another thread cannot unload it under this launch.
         let program = st
             .loaded
-            .get(img)
+            .get(&k.image)
             .expect("kernels belong to loaded images")
             .clone();
-        let (kernel, name) = (kernel.clone(), name.clone());
+        let k = k.clone();
         drop(st);
+        match &dev.gpu {
+            None => {
+                messages::plugin_info_line(messages::info::PLUGIN_KERNEL, || {
+                    format!(
+                        "Launching kernel {} with 1 blocks and 1 threads in Generic mode",
+                        k.name
+                    )
+                });
+                let mut a = Vec::with_capacity(args.len() + 1);
+                // `~0`: no launch environment (a host kernel never reads it).
+                a.push(KernelArg::Word(u64::MAX));
+                a.extend_from_slice(args);
+                // SAFETY: OpenMP's contract, upstream's too: the compiler made the kernel and
+                // its arguments together (the mapped addresses of the region's variables, each
+                // mapped at the size the program states), so the arguments are the kernel's
+                // parameters.
+                unsafe { program.launch(&k.kernel, &LaunchDims::linear(1, 1), &a) }
+                    .map_err(|e| format!("kernel {} on device {}: {e}", k.name, dev.id))
+            }
+            Some(g) => self.launch_gpu(dev, g, &program, &k, args, request),
+        }
+    }
+
+    fn launch_gpu(
+        &self,
+        dev: &OmpDevice,
+        g: &GpuDevice,
+        program: &Program,
+        k: &LoadedKernel,
+        args: &[KernelArg],
+        request: &LaunchRequest,
+    ) -> Result<(), String> {
+        let config = k.config.unwrap_or_else(gpu::KernelConfig::bare);
+        let (threads, blocks) = gpu::choose(
+            &g.grid,
+            &config,
+            request.num_teams,
+            request.thread_limit,
+            request.tripcount,
+        );
         messages::plugin_info_line(messages::info::PLUGIN_KERNEL, || {
-            format!("Launching kernel {name} with 1 blocks and 1 threads in Generic mode")
+            format!(
+                "Launching kernel {} with {blocks} blocks and {threads} threads in {} mode",
+                k.name,
+                config.mode.name()
+            )
         });
-        let mut a = Vec::with_capacity(args.len() + 1);
-        // `~0`: no launch environment (a host kernel never reads it).
-        a.push(KernelArg::Word(u64::MAX));
-        a.extend_from_slice(args);
-        // SAFETY: OpenMP's contract, upstream's too: the compiler made the kernel and its
-        // arguments together (the mapped addresses of the region's variables, each mapped at
-        // the size the program states), so the arguments are the kernel's parameters.
-        unsafe { program.launch(&kernel, &LaunchDims::linear(1, 1), &a) }
-            .map_err(|e| format!("kernel {name} on device {}: {e}", dev.id))
+        // Device memory of this launch, freed when it is over.
+        let mut temporary = Vec::new();
+        let result = (|| {
+            let mut a = Vec::with_capacity(args.len() + 1);
+            // Kernel arguments older than version 3 have no launch environment parameter.
+            if request.version >= 3 {
+                let bytes = config.reduction_buffer_bytes();
+                if bytes == 0 {
+                    a.push(KernelArg::Word(u64::MAX));
+                } else {
+                    let alloc = |size: u64, what: &str| {
+                        pool::Backing::alloc_raw(&dev.device, size)
+                            .map_err(|e| format!("allocating the {what} ({size} bytes): {e}"))
+                    };
+                    let env = alloc(gpu::LAUNCH_ENV_SIZE as u64, "kernel launch environment")?;
+                    temporary.push(env);
+                    let buffer = alloc(bytes, "team reduction buffer")?;
+                    temporary.push(buffer);
+                    let block = gpu::launch_environment(buffer);
+                    messages::info_line(messages::info::DATA_TRANSFER, || {
+                        format!(
+                            "Copying data from host to device, HstPtr={:#018x}, TgtPtr={env:#018x}, Size={}, Name=KernelLaunchEnv",
+                            block.as_ptr() as usize,
+                            block.len()
+                        )
+                    });
+                    // SAFETY: a fresh allocation of the block's length.
+                    unsafe { dev.device.raw() }
+                        .write(offload::DevicePtr(env), &block)
+                        .map_err(|e| format!("writing the kernel launch environment: {e}"))?;
+                    a.push(KernelArg::Word(env));
+                }
+            }
+            a.extend_from_slice(args);
+            let dims = LaunchDims {
+                grid: [u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1],
+                block: [threads.max(1), 1, 1],
+                shared_mem_bytes: request.dyn_cgroup_mem.max(g.grid.shared_memory),
+            };
+            // SAFETY: as on the host: the compiler made the kernel and its arguments together.
+            unsafe { program.launch(&k.kernel, &dims, &a) }.map_err(|e| e.to_string())
+        })()
+        .map_err(|e| format!("kernel {} on device {}: {e}", k.name, dev.id));
+        for p in temporary {
+            pool::Backing::free_raw(&dev.device, p);
+        }
+        result
     }
 }

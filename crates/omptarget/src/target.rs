@@ -45,7 +45,7 @@ pub fn policy(rtl: &Rtl) -> Policy {
         match raw {
             0 => Policy::Disabled,
             2 => Policy::Mandatory,
-            _ if rtl.devices.is_empty() => Policy::Disabled,
+            _ if rtl.device_count() == 0 => Policy::Disabled,
             _ => Policy::Mandatory,
         }
     })
@@ -153,8 +153,14 @@ pub fn outcome(rtl: &Rtl, success: bool, loc: *const Ident) {
                     "Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.",
                 );
             }
-            if rtl.devices.is_empty() {
+            if rtl.device_count() == 0 {
                 messages::error("No images found compatible with the installed hardware. ");
+                let mut why = rtl.refusals();
+                why.sort();
+                why.dedup();
+                for w in why {
+                    messages::error(&format!("Not taken: {w}"));
+                }
             }
             match source_location(loc) {
                 Some(l) => messages::error(&format!("{l}: ")),
@@ -177,7 +183,7 @@ pub fn check_device(rtl: &Rtl, dev: i64, loc: *const Ident) -> Option<Arc<OmpDev
         return None;
     }
     let dev = if dev == -1 { default_device() } else { dev };
-    let n = rtl.devices.len() as i64;
+    let n = rtl.device_count() as i64;
     if n == 0 {
         outcome(rtl, false, loc);
         return None;
@@ -191,7 +197,10 @@ pub fn check_device(rtl: &Rtl, dev: i64, loc: *const Ident) -> Option<Arc<OmpDev
             &format!("Device number '{dev}' out of range, only {n} devices available"),
         );
     }
-    let d = rtl.devices[dev as usize].clone();
+    let Some(d) = rtl.device(dev as usize) else {
+        outcome(rtl, false, loc);
+        return None;
+    };
     messages::set_device(dev);
     if let Err(e) = rtl.init_device(&d) {
         messages::error(&format!("Failed to init globals on device {dev}: {e}"));
@@ -703,7 +712,8 @@ data_entry_legacy_nowait!(__tgt_target_data_update_nowait, DataOp::Update);
 fn run_region(
     rtl: &Rtl,
     d: &OmpDevice,
-    (host_ptr, num_teams): (usize, u32),
+    host_ptr: usize,
+    request: &rtl::LaunchRequest,
     args: &[MapArg],
     bases: &mut [usize],
 ) -> Result<(), ()> {
@@ -813,8 +823,8 @@ fn run_region(
     let launched = if failed {
         Err("a private argument could not be allocated or copied".to_string())
     } else {
-        ompt::submit(num_teams);
-        rtl.launch(d, host_ptr, &values)
+        ompt::submit(request.num_teams);
+        rtl.launch(d, host_ptr, &values, request)
     };
     {
         use mapping::DeviceMemory;
@@ -841,8 +851,8 @@ fn run_region(
 pub unsafe extern "C" fn __tgt_target_kernel(
     loc: *mut Ident,
     dev: i64,
-    _num_teams: i32,
-    _thread_limit: i32,
+    num_teams: i32,
+    thread_limit: i32,
     host_ptr: *mut c_void,
     args: *mut KernelArgs,
 ) -> i32 {
@@ -876,14 +886,25 @@ pub unsafe extern "C" fn __tgt_target_kernel(
     .entered();
     let begun = ompt::target_begin(ompt::Kind::Target, d.id as i64, host_ptr as usize);
     let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
-    let ok = run_region(
-        &rtl,
-        &d,
-        (host_ptr as usize, ka.num_teams[0]),
-        &margs,
-        &mut bases,
-    )
-    .is_ok();
+    // Upstream's `upgradeKernelArgs`: before version 3 the teams and threads are the call's.
+    let request = if ka.version < 3 {
+        rtl::LaunchRequest {
+            version: ka.version,
+            num_teams: num_teams.max(0) as u32,
+            thread_limit: thread_limit.max(0) as u32,
+            tripcount: ka.tripcount,
+            dyn_cgroup_mem: 0,
+        }
+    } else {
+        rtl::LaunchRequest {
+            version: ka.version,
+            num_teams: ka.num_teams[0],
+            thread_limit: ka.thread_limit[0],
+            tripcount: ka.tripcount,
+            dyn_cgroup_mem: ka.dyn_cgroup_mem,
+        }
+    };
+    let ok = run_region(&rtl, &d, host_ptr as usize, &request, &margs, &mut bases).is_ok();
     ompt::target_end(begun);
     if ok && messages::enabled(messages::info::DUMP_TABLE) {
         dump_tables(&rtl, loc);

@@ -90,11 +90,27 @@ mod tests {
     #[test]
     fn device_runtime_names() {
         for (triple, cpu, want) in [
-            ("nvptx64-nvidia-cuda", "sm_90", Some("libomptarget-nvptx-sm_90.bc")),
-            ("nvptx64-nvidia-cuda", "sm_90a", Some("libomptarget-nvptx-sm_90.bc")),
+            (
+                "nvptx64-nvidia-cuda",
+                "sm_90",
+                Some("libomptarget-nvptx-sm_90.bc"),
+            ),
+            (
+                "nvptx64-nvidia-cuda",
+                "sm_90a",
+                Some("libomptarget-nvptx-sm_90.bc"),
+            ),
             ("nvptx64", "sm_80", Some("libomptarget-nvptx-sm_80.bc")),
-            ("amdgcn-amd-amdhsa", "gfx90a", Some("libomptarget-amdgpu-gfx90a.bc")),
-            ("amdgcn-amd-amdhsa", "gfx90a:xnack+", Some("libomptarget-amdgpu-gfx90a.bc")),
+            (
+                "amdgcn-amd-amdhsa",
+                "gfx90a",
+                Some("libomptarget-amdgpu-gfx90a.bc"),
+            ),
+            (
+                "amdgcn-amd-amdhsa",
+                "gfx90a:xnack+",
+                Some("libomptarget-amdgpu-gfx90a.bc"),
+            ),
             ("x86_64-unknown-linux-gnu", "znver3", None),
             ("nvptx64-nvidia-cuda", "", None),
             ("nvptx64-nvidia-cuda", "../../etc/passwd", None),
