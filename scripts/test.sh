@@ -50,6 +50,10 @@ run_group testdev -p offload-tests -E 'binary(plugin_abi)'
 # The drop-in libomptarget.so.19.1: its unit tests (the mapping algorithm against a model) and
 # OpenMP programs built by clang-19 run on it (LLVM's own suite: scripts/omp-conformance.sh).
 run_group openmp  -p omptarget -p offload-tests -E 'package(omptarget) | binary(omptarget)'
+# OpenMP programs clang-19 builds for nvptx64 and amdgcn on the drop-in library, against the
+# fake CUDA driver and fake HSA runtime: LLVM 19's GPU kernel protocol at the driver boundary
+# (the fakes do not compute; results, device malloc and printf are scripts/gpu-check.sh's).
+run_group omp-gpu -p offload-tests -E 'binary(omptarget_gpu)'
 # The CUDA GPU tests are #[ignore]d; they run where `offload info` lists a CUDA device.
 cuda_state=$(target/debug/offload info --json 2>/dev/null | python3 -c '
 import json, sys

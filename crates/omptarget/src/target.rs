@@ -886,7 +886,13 @@ pub unsafe extern "C" fn __tgt_target_kernel(
     .entered();
     let begun = ompt::target_begin(ompt::Kind::Target, d.id as i64, host_ptr as usize);
     let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
-    // Upstream's `upgradeKernelArgs`: before version 3 the teams and threads are the call's.
+    // Upstream's `targetKernel`: a construct without `teams` (-1) runs one team; then
+    // `upgradeKernelArgs`: before version 3 the teams and threads are the call's.
+    let (num_teams, teams_of_args) = if num_teams == -1 {
+        (1, 1)
+    } else {
+        (num_teams, ka.num_teams[0])
+    };
     let request = if ka.version < 3 {
         rtl::LaunchRequest {
             version: ka.version,
@@ -898,7 +904,7 @@ pub unsafe extern "C" fn __tgt_target_kernel(
     } else {
         rtl::LaunchRequest {
             version: ka.version,
-            num_teams: ka.num_teams[0],
+            num_teams: teams_of_args,
             thread_limit: ka.thread_limit[0],
             tripcount: ka.tripcount,
             dyn_cgroup_mem: ka.dyn_cgroup_mem,
