@@ -49,13 +49,18 @@ impl Gpu {
 /// `tests/omp/gpu_regions.c` for `gpu`, linked against our library; JIT mode, or AOT with
 /// LLVM's device runtime on the link line (clang links it into the device code).
 fn build(gpu: Gpu, jit: bool) -> PathBuf {
+    build_program("gpu_regions", gpu, jit)
+}
+
+/// `tests/omp/<name>.c`, as [`build`] builds it.
+fn build_program(name: &str, gpu: Gpu, jit: bool) -> PathBuf {
     let lib = build_dir();
     let out = scratch("omptarget-gpu").join(format!(
-        "gpu_regions-{}-{}",
+        "{name}-{}-{}",
         gpu.tag(),
         if jit { "jit" } else { "aot" }
     ));
-    let src = repo_root().join("tests/omp/gpu_regions.c");
+    let src = repo_root().join(format!("tests/omp/{name}.c"));
     let mut args = vec!["-O2", "-fopenmp"];
     args.extend(gpu.flags());
     if jit {
@@ -557,5 +562,34 @@ fn mutated_gpu_code_objects_fail_as_upstream_fails_never_worse() {
     assert!(
         host + stopped > 0,
         "no mutant was refused: the mutations do nothing"
+    );
+}
+
+/// `printf` in a target region: on NVIDIA the kernel is built and launched (CUDA's `vprintf`,
+/// which only a GPU runs); on AMD the load fails with a message that says why (no GPU C
+/// library and RPC server), and upstream's fatal error follows. Never a hang.
+#[test]
+fn printf_in_a_target_region_runs_on_nvidia_and_is_a_clear_error_on_amd() {
+    let program = build_program("gpu_printf", Gpu::Nvidia, true);
+    let log = fake_log("omptarget-gpu", "printf-nv");
+    let out = run(&program, Gpu::Nvidia, &log, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        log_lines(&log).iter().any(|l| l.starts_with("launch ")),
+        "{:?}",
+        log_lines(&log)
+    );
+    let program = build_program("gpu_printf", Gpu::Amd, true);
+    let log = fake_log("omptarget-gpu", "printf-amd");
+    let out = run(&program, Gpu::Amd, &log, &[]);
+    let said = stderr(&out);
+    assert!(
+        !out.status.success()
+            && said.contains("undefined symbol: rpc_fprintf")
+            && said.contains("an RPC server on the host, which offload does not provide")
+            && said.contains(
+                "omptarget fatal error 1: failure of target construct while offloading is mandatory"
+            ),
+        "{said}"
     );
 }

@@ -205,6 +205,18 @@ pub fn run(post: &PostProcess, generated: Vec<u8>, opt: u8) -> Result<Vec<u8>> {
         PostProcess::LinkAmdgpuCodeObject { gfx } => link(
             &generated,
             &["--no-undefined", &format!("-plugin-opt=mcpu={gfx}")],
-        ),
+        )
+        .map_err(|e| match e {
+            // LLVM 19's AMD OpenMP device runtime prints through LLVM's GPU C library, whose
+            // calls an RPC server on the host answers.
+            Error::CompileFailure(m) if m.contains("undefined symbol: rpc_") => {
+                Error::CompileFailure(format!(
+                    "{m} (printf and other C library calls in AMD GPU code go through LLVM's \
+                     GPU C library and an RPC server on the host, which offload does not \
+                     provide: remove the call from the target region)"
+                ))
+            }
+            e => e,
+        }),
     }
 }

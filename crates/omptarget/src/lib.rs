@@ -13,10 +13,12 @@
 //! (reference counts, hold counts, PTR_AND_OBJ attach with shadow pointers, MEMBER_OF padding,
 //! PRESENT, ALWAYS, DELETE, CLOSE, RETURN_PARAM, literal/private/firstprivate arguments,
 //! mappers, non-contiguous updates, unified shared memory), target regions on the host plugin
-//! from AOT images and from bitcode (`-fopenmp-target-jit`, compiled by the JIT worker), pooled
+//! from AOT images and from bitcode (`-fopenmp-target-jit`, compiled by the JIT worker), and on
+//! the CUDA and AMD backends with LLVM 19's GPU kernel protocol ([`gpu`]: kernel environments,
+//! teams and threads, launch and device environments, the AMD heap, init kernels), pooled
 //! device memory ([`pool`]), the `omp_target_*` API (synchronous), the policy, upstream's
 //! messages and info lines, OMPT's device-side callbacks ([`ompt`]). Not done: record-replay
-//! and interop (upstream's failure codes); `nowait` work runs synchronously.
+//! and interop (upstream's failure codes); `nowait` work runs synchronously, on GPUs too.
 
 mod abi;
 mod api;
