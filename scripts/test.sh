@@ -170,6 +170,11 @@ echo " the host group: kernel_header)"
 echo "openmp: the drop-in libomptarget.so.19.1 on the host plugin: OpenMP programs built by clang-19, mutated"
 echo "      descriptors and images, JIT mode from the disk cache; LLVM 19's offload/test:"
 for st in "${omp_states[@]}"; do echo "        $st"; done
+echo "omp-gpu: the drop-in library's GPU path without a GPU: clang-19's nvptx64 (JIT) and amdgcn (JIT, AOT)"
+echo "      programs against the fake CUDA driver and fake HSA runtime (LLVM 19's kernel protocol: grid and"
+echo "      block per execution mode, launch and device environments, reduction buffers, shared memory,"
+echo "      one compile for two GPUs, wrong-gfx refusal, code-object mutants); kernel results, device malloc"
+echo "      and printf only on a GPU (scripts/gpu-check.sh cuda|amdgpu)"
 [ "$fail" -ne 0 ] && echo "fmt, clippy, the group coverage check or the OpenMP suite's floor failed (see above)"
 echo
 echo "offload tests: $total_passed passed, $total_failed failed, $total_skipped skipped"

@@ -346,7 +346,7 @@ unsafe extern "C" {
 /// with `-nogpulib` (or `-nocudalib`) nothing links the runtime at all: the module declares
 /// `__kmpc_target_init`, `__kmpc_parallel_51`, ... and defines none of them, and `ptxas` or
 /// `ld.lld` would refuse it. Here, a module with clang's `openmp-device` flag that declares a
-/// `__kmpc_` function gets the runtime of its exact target ([`openmp_device_runtime`] in
+/// `__kmpc_` function and defines none gets the runtime of its exact target ([`openmp_device_runtime`] in
 /// [`JitOptions::device_runtime_dir`]), as clang links it for an ahead-of-time build: every
 /// runtime function the program does not define becomes internal, so the optimiser keeps only
 /// what the kernels reach (nothing of the AMD runtime's RPC printing unless a kernel prints);
@@ -366,12 +366,19 @@ fn link_openmp_device_runtime<'ctx>(
     if module.get_flag("openmp-device").is_none() {
         return Ok(false);
     }
-    let Some(needed) = module
-        .get_functions()
-        .filter(|f| f.count_basic_blocks() == 0)
-        .map(|f| f.get_name().to_string_lossy().into_owned())
-        .find(|n| n.starts_with("__kmpc_"))
-    else {
+    let kmpc = |defined: bool| {
+        module
+            .get_functions()
+            .filter(move |f| (f.count_basic_blocks() > 0) == defined)
+            .map(|f| f.get_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("__kmpc_"))
+    };
+    // A module that defines runtime functions has the runtime already (clang linked
+    // `libomptarget.devicertl.a` before embedding it): a second copy would clash.
+    if kmpc(true).is_some() {
+        return Ok(false);
+    }
+    let Some(needed) = kmpc(false) else {
         return Ok(false);
     };
     // The host's OpenMP device code calls libomp, which the program has loaded.

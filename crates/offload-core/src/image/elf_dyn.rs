@@ -683,6 +683,24 @@ fn symbol_count(r: &Reader<'_>, l: &Layout, d: &Dynamic) -> Result<u64> {
                 }
             }
             n = i;
+        } else if let (Some(sym), Some(ent)) = (d.symtab, d.syment) {
+            // No symbol is hashed (an image that defines nothing it exports, only imports:
+            // the linker still writes a GNU hash, and its symoffset says nothing of the
+            // imports). The table then runs up to the next table the dynamic section names
+            // (ld.bfd and lld put the version, hash or string table right after it).
+            let next = [
+                d.strtab, d.hash, d.gnu_hash, d.versym, d.verneed, d.verdef, d.rela, d.jmprel,
+                d.relr,
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|&a| a > sym)
+            .min();
+            if let Some(next) = next
+                && ent > 0
+            {
+                n = n.max((next - sym) / ent);
+            }
         }
         if let Some(c) = count
             && c != n
@@ -905,5 +923,32 @@ mod tests {
             }
         }
         assert!(checked > 50, "only {checked} system libraries found");
+    }
+
+    /// A shared object that exports nothing and only imports (what clang's device link makes
+    /// of an OpenMP program without target regions): its GNU hash hashes no symbol, so the
+    /// table's size comes from its layout; both of Debian's linkers' outputs pass.
+    #[test]
+    fn an_object_that_only_imports_passes() {
+        let dir = std::env::temp_dir().join(format!("offload-elf-dyn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("empty.c");
+        std::fs::write(&src, "static int unused;\n").unwrap();
+        for linker in ["lld", "bfd"] {
+            let out = dir.join(format!("empty-{linker}.so"));
+            let status = std::process::Command::new("clang-19")
+                .args(["-shared", "-fPIC", &format!("-fuse-ld={linker}")])
+                .arg(&src)
+                .arg("-o")
+                .arg(&out)
+                .status()
+                .expect("clang-19 (scripts/setup.sh installs it)");
+            assert!(status.success(), "clang-19 -fuse-ld={linker}");
+            let bytes = std::fs::read(&out).unwrap();
+            if let Err(e) = validate(&bytes) {
+                panic!("{linker}: {e}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
