@@ -83,7 +83,13 @@ fn build_program(name: &str, gpu: Gpu, jit: bool) -> PathBuf {
 
 /// Runs `program` on the fake of `gpu` (logging to `log`), with `envs`.
 fn run(program: &Path, gpu: Gpu, log: &Path, envs: &[(&str, &str)]) -> Output {
+    run_with(program, &[], gpu, log, envs)
+}
+
+/// [`run`] with arguments.
+fn run_with(program: &Path, args: &[&str], gpu: Gpu, log: &Path, envs: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(program);
+    cmd.args(args);
     for v in [
         "OMP_TARGET_OFFLOAD",
         "LIBOMPTARGET_INFO",
@@ -198,9 +204,8 @@ fn seen(gpu: Gpu, lines: &[String]) -> Vec<Seen> {
         .collect()
 }
 
-/// The kernel environments of the program's embedded bitcode (JIT mode): kernel name to
-/// (ReductionDataSize, ReductionBufferLength), read with LLVM's own tools.
-fn reduction_sizes(program: &Path, gpu: Gpu) -> HashMap<String, (u64, u64)> {
+/// The device bitcode a JIT-mode program embeds, extracted with LLVM's own tools.
+fn extract_bitcode(program: &Path, gpu: Gpu) -> PathBuf {
     let dir = scratch("omptarget-gpu");
     let pkg = dir.join(format!("{}.offloading", gpu.tag()));
     let bc = dir.join(format!("{}.bc", gpu.tag()));
@@ -223,6 +228,13 @@ fn reduction_sizes(program: &Path, gpu: Gpu) -> HashMap<String, (u64, u64)> {
         .unwrap()
         .success();
     assert!(ok, "clang-offload-packager-19");
+    bc
+}
+
+/// The kernel environments of the program's embedded bitcode (JIT mode): kernel name to
+/// (ReductionDataSize, ReductionBufferLength).
+fn reduction_sizes(program: &Path, gpu: Gpu) -> HashMap<String, (u64, u64)> {
+    let bc = extract_bitcode(program, gpu);
     let ir = Command::new("llvm-dis-19")
         .arg(&bc)
         .arg("-o")
@@ -591,5 +603,117 @@ fn printf_in_a_target_region_runs_on_nvidia_and_is_a_clear_error_on_amd() {
                 "omptarget fatal error 1: failure of target construct while offloading is mandatory"
             ),
         "{said}"
+    );
+}
+
+/// An AOT image as the CUDA tests test cubins (NVIDIA AOT programs do not build here: no
+/// `nvlink`): a cubin our JIT makes of the program's bitcode, registered through a descriptor
+/// of its own (`tests/omp/register_image.c`) and run as a non-teams target region. On an sm_90
+/// fake device it launches as upstream's plugin launches it (one team of 128 threads in
+/// generic-SPMD mode, `~0` first, the device environment before); on an sm_80 the device does
+/// not take it and says why, and the construct fails to the host as upstream's does.
+#[test]
+fn an_aot_cubin_runs_where_its_sm_allows_and_is_refused_elsewhere() {
+    let program = build(Gpu::Nvidia, true);
+    let dir = scratch("omptarget-gpu");
+    let bc = extract_bitcode(&program, Gpu::Nvidia);
+    let ir = Command::new("llvm-dis-19")
+        .arg(&bc)
+        .arg("-o")
+        .arg("-")
+        .output()
+        .unwrap();
+    let ir = String::from_utf8_lossy(&ir.stdout).into_owned();
+    let kernel = ir
+        .lines()
+        .filter_map(|l| l.strip_prefix("define weak_odr protected void @"))
+        .map(|l| l.split('(').next().unwrap().to_string())
+        .find(|k| k.ends_with("_l45"))
+        .expect("the plain target region's kernel");
+    let cubin = dir.join("gpu_regions.cubin");
+    let ptxas = ptxas();
+    let out = offload(
+        &[
+            "jit",
+            bc.to_str().unwrap(),
+            "--target",
+            "nvptx64-nvidia-cuda",
+            "--cpu",
+            "sm_90",
+            "-o",
+            cubin.to_str().unwrap(),
+        ],
+        &[("OFFLOAD_PTXAS", ptxas.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(&std::fs::read(&cubin).unwrap()[..4], b"\x7fELF");
+    let driver = dir.join("register_image");
+    let lib = build_dir();
+    clang(&[
+        repo_root()
+            .join("tests/omp/register_image.c")
+            .to_str()
+            .unwrap(),
+        "-o",
+        driver.to_str().unwrap(),
+        &format!("-L{}", lib.display()),
+        &format!("-Wl,-rpath,{}", lib.display()),
+        "-lomptarget",
+        "-fopenmp",
+    ]);
+    let log = fake_log("omptarget-gpu", "cubin");
+    let out = run_with(
+        &driver,
+        &[cubin.to_str().unwrap(), &kernel],
+        Gpu::Nvidia,
+        &log,
+        &[],
+    );
+    assert!(
+        out.status.success() && stdout(&out) == "devices 1 rc 0\n",
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let lines = log_lines(&log);
+    assert_contracts_kept(&lines, "cubin");
+    let launches: Vec<&String> = lines.iter().filter(|l| l.starts_with("launch ")).collect();
+    assert_eq!(launches.len(), 1, "{lines:#?}");
+    assert!(
+        launches[0].starts_with(&format!("launch {kernel} grid=1,1,1 block=128,1,1 "))
+            && launches[0].contains("params=ffffffffffffffff,"),
+        "{}",
+        launches[0]
+    );
+    let env = lines
+        .iter()
+        .position(|l| l == "global __omp_rtl_device_environment 48")
+        .unwrap();
+    let launch = lines.iter().position(|l| l.starts_with("launch ")).unwrap();
+    assert!(
+        env < launch && lines[env + 1] == "copy htod 48",
+        "{lines:#?}"
+    );
+    // An sm_80: not taken, and why.
+    let out = run_with(
+        &driver,
+        &[cubin.to_str().unwrap(), &kernel],
+        Gpu::Nvidia,
+        &log,
+        &[("FAKE_CUDA_CC", "8.0")],
+    );
+    assert!(
+        out.status.success() && stdout(&out) == "devices 0 rc -1\n",
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out)
+            .lines()
+            .any(|l| l.contains("not taken by device cuda:0")
+                && l.contains("the cubin is for sm_90, this device is sm_80")),
+        "{}",
+        stderr(&out)
     );
 }
