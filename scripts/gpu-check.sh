@@ -36,7 +36,8 @@
 # Results are recorded in docs/cuda.md and docs/amdgpu.md.
 #
 # For cuda and amdgpu the check ends with its OpenMP part (omp_prepare / omp_run below):
-# tests/omp/gpu_regions.c and the OpenMP benchmark (tests/benches/peers/omp_bench.c) built by
+# tests/omp/gpu_regions.c, tests/omp/gpu_nowait.c (`nowait` regions and a `depend` chain) and
+# the OpenMP benchmark (tests/benches/peers/omp_bench.c, with a blocking / nowait pair) built by
 # clang-19 for the GPU target, in JIT mode (as clang builds it with -nogpulib: only our library
 # can run it, since upstream's JIT has no device runtime to link), in JIT mode with LLVM's device
 # runtime linked by clang (both libraries can run it), and for amdgpu AOT; each run on our
@@ -127,7 +128,7 @@ omp_prepare() {
   rm -rf "$dir"
   mkdir -p "$dir/ours" "$dir/debian" "$dir/rtl"
   local p name
-  for p in tests/omp/gpu_regions.c tests/benches/peers/omp_bench.c; do
+  for p in tests/omp/gpu_regions.c tests/omp/gpu_nowait.c tests/benches/peers/omp_bench.c; do
     name=$(basename "$p" .c)
     # shellcheck disable=SC2046
     clang-19 -O2 -fopenmp $(omp_flags) -fopenmp-target-jit "$p" -o "$dir/$name-jit"
@@ -169,15 +170,16 @@ omp_run() {
   [ "$backend" = amdgpu ] && kinds+=(aot)
   for lib in ours debian; do
     [ -n "$dry" ] && [ "$lib" = debian ] && continue
-    for k in "${kinds[@]}"; do
-      prog=gpu_regions-$k
+    for prog in "${kinds[@]/#/gpu_regions-}" "${kinds[@]/#/gpu_nowait-}"; do
+      k=${prog##*-}
+      [ "${prog%-rtl}" != "$prog" ] && k=jit-rtl
       [ -x "$dir/$prog" ] || continue
       status=0
       out=$(omp_one "$lib" "$prog" 2>"$dir/$lib-$prog.stderr") || status=$?
       grep -h 'Launching kernel' "$dir/$lib-$prog.stderr" | sed "s/^/omp: $lib $prog: /" || true
       if [ -n "$dry" ]; then
         # The fakes do not compute: the program must run and find the device.
-        if [ "$status" -eq 0 ] && grep -q '^devices 1 ' <<<"$out"; then
+        if [ "$status" -eq 0 ] && grep -q 'devices 1 ' <<<"$out"; then
           echo "omp: $lib $prog: ran (dry run: results not judged): $out"
         else
           echo "omp: $lib $prog: FAILED (status $status): $out"; tail -n 5 "$dir/$lib-$prog.stderr"; fails=$((fails + 1))

@@ -860,7 +860,7 @@ CUresult cuFuncSetAttribute(void *fn, int attribute, int value) {
   return OK;
 }
 
-/* Kernels named `rendezvous...` wait (up to 10 s) until FAKE_CUDA_RENDEZVOUS (default 2)
+/* Kernels whose name has `rendezvous` in it wait (up to 10 s) until FAKE_CUDA_RENDEZVOUS (default 2)
  * launches of them are running at once, as kernels that wait for each other through memory
  * do on a GPU; "rendezvous-timeout" in the log when they did not all come. */
 static pthread_cond_t arrived = PTHREAD_COND_INITIALIZER;
@@ -942,7 +942,7 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
  * is FAKE_CUDA_FAULT=name:700; rendezvous kernels wait for each other. */
 static void run_kernel(struct op *o) {
   struct function *f = o->f;
-  if (!strncmp(f->name, "rendezvous", 10))
+  if (strstr(f->name, "rendezvous"))
     rendezvous();
   if (injected_fault(f->name) == ILLEGAL_ADDRESS) {
     say("fault %s %d\n", f->name, ILLEGAL_ADDRESS);

@@ -566,6 +566,79 @@ int main(void) {
     }
 }
 
+/// `__tgt_target_nowait_query` is a front door too: libomp passes back the handles this library
+/// left in its tasks, and only those are used. A NULL slot, an empty one, and seeded forged
+/// handles (small numbers, stack and heap addresses, random words) are each an error that
+/// names the handle, and the process goes on.
+#[test]
+fn forged_nowait_handles_are_errors_and_the_program_goes_on() {
+    let lib = library_dir();
+    let src = scratch("omptarget").join("bad_handle.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+int __tgt_target_nowait_query(void **);
+int main(int argc, char **argv) {
+  uint64_t s = argc > 1 ? strtoull(argv[1], 0, 0) : 1;
+  int failed = 0, calls = 0;
+  if (__tgt_target_nowait_query(0) != 0) failed++;
+  calls++;
+  void *slot = 0;
+  if (__tgt_target_nowait_query(&slot) == 0 && slot == 0) printf("empty ok\n");
+  int local = 0;
+  void *heap = malloc(64);
+  for (int i = 0; i < 300; i++) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    switch (i % 4) {
+      case 0: slot = (void *)(uintptr_t)(s % 4096 + 1); break;
+      case 1: slot = (char *)&local + (s % 64); break;
+      case 2: slot = (char *)heap + (s % 64); break;
+      default: slot = (void *)(uintptr_t)(s | 1); break;
+    }
+    void *was = slot;
+    calls++;
+    if (__tgt_target_nowait_query(&slot) != 0 && slot == was) failed++;
+  }
+  free(heap);
+  printf("alive %d of %d refused\n", failed, calls);
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let program = scratch("omptarget").join("bad_handle");
+    clang(&[
+        src.to_str().unwrap(),
+        "-o",
+        program.to_str().unwrap(),
+        &format!("-L{}", lib.display()),
+        &format!("-Wl,-rpath,{}", lib.display()),
+        "-lomptarget",
+    ]);
+    for seed in ["1", "0x9e3779b97f4a7c15", "12345"] {
+        let out = Command::new(&program)
+            .arg(seed)
+            .output()
+            .expect("run the program");
+        let (text, err) = (stdout(&out), stderr(&out));
+        assert!(
+            out.status.success()
+                && text.contains("empty ok")
+                && text.contains("alive 301 of 301 refused"),
+            "seed {seed}: {text}\n{err}"
+        );
+        assert!(err.contains("the async handle slot is NULL"), "{err}");
+        assert_eq!(
+            err.matches("is not an async handle of this library")
+                .count(),
+            300,
+            "seed {seed}: {err}"
+        );
+    }
+}
+
 /// Seeded mutants of a device image in a registered descriptor: the first target region either
 /// runs, or fails the way upstream fails under the (default, mandatory) policy: one
 /// `omptarget fatal error 1` and `abort()`. Never another signal, never a hang.

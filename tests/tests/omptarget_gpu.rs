@@ -717,3 +717,95 @@ fn an_aot_cubin_runs_where_its_sm_allows_and_is_refused_elsewhere() {
         stderr(&out)
     );
 }
+
+/// `nowait` constructs on a GPU are queued, not run on the task's thread
+/// (`tests/omp/gpu_nowait.c`): with one hidden helper thread, four `nowait` regions whose
+/// kernels wait for each other in the fake driver (a rendezvous of four) all run at once, which
+/// a synchronous construct cannot do (its helper thread would wait in the first launch until
+/// the rendezvous times out); each task completes only when its queued work has run, so the
+/// `depend` chain of enter data, region and exit data keeps its order at the driver: the copy
+/// in, then the launch, then the copy back.
+#[test]
+fn nowait_regions_on_a_gpu_overlap_and_depend_chains_keep_their_order() {
+    let program = build_program("gpu_nowait", Gpu::Nvidia, true);
+    let log = fake_log("omptarget-gpu", "nowait");
+    let out = run(
+        &program,
+        Gpu::Nvidia,
+        &log,
+        &[
+            ("LIBOMP_NUM_HIDDEN_HELPER_THREADS", "1"),
+            ("FAKE_CUDA_RENDEZVOUS", "4"),
+        ],
+    );
+    let said = stderr(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        stdout(&out).contains("nowait done devices 1"),
+        "{}\n{said}",
+        stdout(&out)
+    );
+    let lines = log_lines(&log);
+    assert_contracts_kept(&lines, "nowait");
+    let met: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("launch ") && l.contains("rendezvous_regions"))
+        .collect();
+    assert_eq!(met.len(), 4, "{lines:#?}");
+    assert!(
+        !lines.iter().any(|l| l == "rendezvous-timeout"),
+        "the nowait regions did not run at once: {lines:#?}"
+    );
+    // The chain: y is 3000 floats (12000 bytes), which nothing else is.
+    let at = |what: &dyn Fn(&String) -> bool| {
+        lines
+            .iter()
+            .position(what)
+            .unwrap_or_else(|| panic!("not in the log: {lines:#?}"))
+    };
+    let copy_in = at(&|l| l == "copy htod 12000");
+    let launch = at(&|l| l.starts_with("launch ") && l.contains("_main_l"));
+    let copy_out = at(&|l| l == "copy dtoh 12000");
+    assert!(copy_in < launch && launch < copy_out, "{lines:#?}");
+
+    // The same on the fake HSA runtime (its kernels do not wait for each other: the regions
+    // complete, the chain keeps its order, no memory is freed under queued work).
+    let program = build_program("gpu_nowait", Gpu::Amd, true);
+    let log = fake_log("omptarget-gpu", "nowait-amd");
+    let out = run(
+        &program,
+        Gpu::Amd,
+        &log,
+        &[("LIBOMP_NUM_HIDDEN_HELPER_THREADS", "1")],
+    );
+    let said = stderr(&out);
+    assert!(
+        out.status.success() && stdout(&out).contains("nowait done devices 1"),
+        "{}\n{said}",
+        stdout(&out)
+    );
+    let lines = log_lines(&log);
+    assert_contracts_kept(&lines, "nowait on AMD");
+    let dispatches = |what: &str| {
+        lines
+            .iter()
+            .filter(|l| l.starts_with("dispatch ") && l.contains(what))
+            .count()
+    };
+    assert_eq!(dispatches("rendezvous_regions"), 4, "{lines:#?}");
+    assert_eq!(dispatches("_main_l"), 1, "{lines:#?}");
+    let copies: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| *l == "copy 12000")
+        .map(|(i, _)| i)
+        .collect();
+    let launch = lines
+        .iter()
+        .position(|l| l.starts_with("dispatch ") && l.contains("_main_l"))
+        .expect("dispatched");
+    assert!(
+        copies.len() == 2 && copies[0] < launch && launch < copies[1],
+        "{lines:#?}"
+    );
+}

@@ -47,6 +47,9 @@ pub struct BinDesc {
     pub host_entries_end: *const OffloadEntry,
 }
 
+/// `KernelArgsTy::Flags.NoWait`: the construct has `nowait` (it runs in a target task).
+pub const KERNEL_FLAG_NOWAIT: u64 = 1;
+
 /// The arguments of a target region (`KernelArgsTy`, version 3 is 104 bytes; versions 1 and 2
 /// stop before `dyn_cgroup_mem` and at `flags`, as the legacy entry points build them).
 #[repr(C)]

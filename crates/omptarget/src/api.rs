@@ -495,6 +495,7 @@ pub unsafe extern "C" fn omp_target_associate_ptr(
             decl: "unknown at unknown:0:0".into(),
             shadows: Default::default(),
             owned: false,
+            fence: None,
         },
     );
     SUCCESS

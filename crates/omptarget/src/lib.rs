@@ -17,14 +17,17 @@
 //! the CUDA and AMD backends with LLVM 19's GPU kernel protocol ([`gpu`]: kernel environments,
 //! teams and threads, launch and device environments, the AMD heap, init kernels), pooled
 //! device memory ([`pool`]), the `omp_target_*` API (synchronous), the policy, upstream's
-//! messages and info lines, OMPT's device-side callbacks ([`ompt`]). Not done: record-replay
-//! and interop (upstream's failure codes); `nowait` work runs synchronously, on GPUs too.
+//! messages and info lines, OMPT's device-side callbacks ([`ompt`]), `nowait` constructs queued on
+//! GPUs and completed through libomp's task handles ([`nowait`]). Not done: record-replay and
+//! interop (upstream's failure codes); `nowait` work on the host plugin's devices runs
+//! synchronously (in libomp's hidden helper task, which overlaps it with the program).
 
 mod abi;
 mod api;
 mod gpu;
 mod mapping;
 mod messages;
+mod nowait;
 mod ompt;
 mod pool;
 mod rtl;

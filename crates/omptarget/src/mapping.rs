@@ -13,16 +13,44 @@ use std::collections::{BTreeMap, HashMap};
 /// An infinite reference count (globals, `omp_target_associate_ptr`).
 pub const INF: u64 = u64::MAX;
 
-/// What the mapping needs of a device.
+/// A mark on the work that last copied into an entry: a construct on another queue that uses
+/// the entry waits for it first (upstream's per-entry events).
+pub type Fence = std::sync::Arc<offload::Event>;
+
+/// What the mapping needs of a device. A construct's work may be asynchronous (a `nowait`
+/// construct on a GPU, [`crate::nowait`]): then copies are queued, frees and the restoring of
+/// host pointers wait until the queue has run, and entries carry fences.
 pub trait DeviceMemory {
     /// `size` bytes of device memory (`size > 0`) for the host memory at `host` (0: none).
     fn alloc(&self, size: u64, host: usize) -> Option<u64>;
     /// Frees what [`DeviceMemory::alloc`] gave.
     fn free(&self, ptr: u64);
-    /// Copies `size` bytes from host address `src` to device address `dst`.
+    /// Copies `size` bytes from host address `src` to device address `dst` (the program's
+    /// memory: it stays as it is until the construct is over).
     fn submit(&self, dst: u64, src: usize, size: u64) -> bool;
     /// Copies `size` bytes from device address `src` to host address `dst`.
     fn retrieve(&self, dst: usize, src: u64, size: u64) -> bool;
+    /// Copies a pointer value to device address `dst` (the value is this call's own: queued
+    /// work copies it from storage that lives as long as the work).
+    fn submit_value(&self, dst: u64, value: u64) -> bool {
+        let bytes = value.to_le_bytes();
+        self.submit(dst, bytes.as_ptr() as usize, 8)
+    }
+    /// Writes `value` to the host pointer at `addr` once the copies before it have landed.
+    fn restore(&self, addr: usize, value: usize) {
+        // SAFETY: a shadow pointer's host address is a pointer the program mapped.
+        unsafe { *(addr as *mut usize) = value };
+    }
+    /// A fence after the copies so far, where they are queued; `None` when they are done.
+    fn fence(&self) -> Option<Fence> {
+        None
+    }
+    /// Orders this construct's later work after `fence`; false (and a message) if the work
+    /// the fence follows failed.
+    fn after(&self, fence: &Fence) -> bool {
+        let _ = fence;
+        true
+    }
 }
 
 /// An attached pointer: the host pointer at `host_addr` held `host_val`; its device copy at
@@ -54,6 +82,8 @@ pub struct Entry {
     pub shadows: BTreeMap<usize, Shadow>,
     /// Whether deleting the entry frees `tgt_alloc` (false for associated pointers and globals).
     pub owned: bool,
+    /// The queued copy into it that other constructs wait for ([`DeviceMemory::fence`]).
+    pub fence: Option<Fence>,
 }
 
 impl Entry {
@@ -225,6 +255,12 @@ impl Table {
             && (l.contained || ((l.extends_before || l.extends_after) && f.implicit))
         {
             let e = self.entries.get_mut(&k).expect("looked up");
+            if let Some(fence) = &e.fence
+                && !dev.after(fence)
+            {
+                r.tgt = None;
+                return r;
+            }
             let action = if f.update_ref {
                 e.inc(f.hold);
                 r.is_new = false;
@@ -296,6 +332,7 @@ impl Table {
                         decl: decl.to_string(),
                         shadows: BTreeMap::new(),
                         owned: true,
+                        fence: None,
                     };
                     messages::info_mapping_created(&e);
                     tracing::info!(target: "offload::memory",
@@ -326,6 +363,8 @@ impl Table {
             messages::info_copy_to_device(begin, tgt, size, shown);
             if !dev.submit(tgt, begin, size as u64) {
                 r.tgt = None;
+            } else if let Some(e) = r.key.and_then(|k| self.entries.get_mut(&k)) {
+                e.fence = dev.fence();
             }
         }
         r
@@ -383,6 +422,10 @@ impl Table {
             return false;
         }
         let e = self.entries.remove(&key).expect("present");
+        if let Some(fence) = &e.fence {
+            // Its memory goes back once the copy into it has run.
+            dev.after(fence);
+        }
         messages::info_mapping_removed(&e, size);
         tracing::info!(target: "offload::memory",
             "OpenMP map entry removed: host {:#x}..{:#x} ({})",
@@ -561,13 +604,13 @@ pub fn data_begin(
                 let changed = e.shadows.get(&host_ptr_addr) != Some(&s);
                 if changed {
                     e.shadows.insert(host_ptr_addr, s);
-                    let bytes = expected.to_le_bytes();
                     // Named after the pointer's entry, as upstream's submitData does.
-                    messages::info_copy_to_device(bytes.as_ptr() as usize, ptgt, 8, &e.name);
-                    if !dev.submit(ptgt, bytes.as_ptr() as usize, 8) {
+                    messages::info_copy_to_device(host_ptr_addr, ptgt, 8, &e.name);
+                    if !dev.submit_value(ptgt, expected) {
                         messages::error("Copying data to device failed.");
                         return Err(Failed);
                     }
+                    e.fence = dev.fence();
                 }
             }
         }
@@ -615,8 +658,7 @@ pub fn data_end(
         };
         if from && let Some(e) = table.entries.get(&key) {
             for (&addr, s) in &e.shadows {
-                // SAFETY: a shadow pointer's host address is a pointer the program mapped.
-                unsafe { *(addr as *mut usize) = s.host_val };
+                dev.restore(addr, s.host_val);
             }
         }
         if delete && last {
@@ -713,6 +755,11 @@ pub fn update_piece(
     }
     let tgt = r.tgt.expect("present");
     let key = r.key.expect("present");
+    if let Some(fence) = &table.entries[&key].fence
+        && !dev.after(fence)
+    {
+        return Err(Failed);
+    }
     if ty & map::TO != 0 {
         messages::info_copy_to_device(hp, tgt, size, &table.entries[&key].name);
         if !dev.submit(tgt, hp, size as u64) {
@@ -720,11 +767,12 @@ pub fn update_piece(
         }
         let shadows: Vec<Shadow> = table.entries[&key].shadows.values().copied().collect();
         for s in shadows {
-            let bytes = s.tgt_val.to_le_bytes();
-            if !dev.submit(s.tgt_addr, bytes.as_ptr() as usize, 8) {
+            if !dev.submit_value(s.tgt_addr, s.tgt_val) {
                 return Err(Failed);
             }
         }
+        let fence = dev.fence();
+        table.entries.get_mut(&key).expect("present").fence = fence;
     }
     if ty & map::FROM != 0 {
         messages::info_copy_to_host(tgt, hp, size, &table.entries[&key].name);
@@ -732,8 +780,7 @@ pub fn update_piece(
             return Err(Failed);
         }
         for (&addr, s) in &table.entries[&key].shadows {
-            // SAFETY: as in `data_end`.
-            unsafe { *(addr as *mut usize) = s.host_val };
+            dev.restore(addr, s.host_val);
         }
     }
     Ok(())

@@ -10,6 +10,7 @@ use crate::abi::{self, BinDesc, OffloadEntry};
 use crate::gpu;
 use crate::mapping::{self, DeviceMemory, Table};
 use crate::messages;
+use crate::nowait;
 use crate::ompt;
 use crate::pool;
 use offload::{Device, KernelArg, LaunchDims, MemoryKind, Program, Runtime};
@@ -118,6 +119,8 @@ pub struct OmpDevice {
     pub init: Mutex<()>,
     /// What mappings free waits here for the next mapping (upstream's memory manager).
     pub pool: pool::Pool,
+    /// Queues of finished `nowait` constructs, for the next ones (upstream's stream pool).
+    pub queues: Mutex<Vec<offload::Queue>>,
 }
 
 impl pool::Backing for Device {
@@ -315,6 +318,30 @@ impl DeviceMemory for OmpDevice {
         self.pool.free(&self.device, ptr);
     }
     fn submit(&self, dst: u64, src: usize, size: u64) -> bool {
+        self.copy_in(dst, src, size, None)
+    }
+    fn retrieve(&self, dst: usize, src: u64, size: u64) -> bool {
+        self.copy_out(dst, src, size, None)
+    }
+}
+
+impl OmpDevice {
+    /// A queue for a `nowait` construct: a pooled one, or a new one.
+    pub fn take_queue(&self) -> Result<offload::Queue, String> {
+        if let Some(q) = lock(&self.queues).pop() {
+            return Ok(q);
+        }
+        self.device.queue().map_err(|e| e.to_string())
+    }
+
+    /// A drained queue back into the pool.
+    pub fn give_back_queue(&self, queue: offload::Queue) {
+        lock(&self.queues).push(queue);
+    }
+
+    /// Copies `size` bytes from host `src` to device `dst`, on `queue` if given (then `src`
+    /// stays valid and unchanged until the queue has run).
+    pub fn copy_in(&self, dst: u64, src: usize, size: u64, queue: Option<&offload::Queue>) -> bool {
         let _span = tracing::info_span!(target: "offload::copy", "omp copy to device",
             bytes = size, "OpenMP device {}: {size} bytes host {src:#x} -> device {dst:#x}", self.id)
         .entered();
@@ -324,11 +351,19 @@ impl DeviceMemory for OmpDevice {
             (dst as usize, self.id as i64),
             size,
         );
-        // SAFETY: the program hands over `size` readable bytes at `src` (the OpenMP contract).
-        let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, size as usize) };
-        // SAFETY: the copy goes to a mapping the program made (raw addresses, OpenMP's model);
-        // no safe-layer buffer or HostBuffer of this runtime refers to it.
-        match unsafe { self.device.raw() }.write(offload::DevicePtr(dst), bytes) {
+        // SAFETY: the program hands over `size` readable bytes at `src` (the OpenMP contract),
+        // which stay as they are until the construct is over (a queued copy's too); the copy
+        // goes to a mapping the program made (raw addresses, OpenMP's model); no safe-layer
+        // buffer or HostBuffer of this runtime refers to it.
+        let r = unsafe {
+            self.device.raw().copy_to_device(
+                offload::DevicePtr(dst),
+                src as *const u8,
+                size as usize,
+                queue.map(|q| q.handle()),
+            )
+        };
+        match r {
             Ok(()) => true,
             Err(e) => {
                 messages::error(&format!(
@@ -339,7 +374,16 @@ impl DeviceMemory for OmpDevice {
             }
         }
     }
-    fn retrieve(&self, dst: usize, src: u64, size: u64) -> bool {
+
+    /// Copies `size` bytes from device `src` to host `dst`, on `queue` if given (then `dst` is
+    /// written when the queue runs).
+    pub fn copy_out(
+        &self,
+        dst: usize,
+        src: u64,
+        size: u64,
+        queue: Option<&offload::Queue>,
+    ) -> bool {
         let _span = tracing::info_span!(target: "offload::copy", "omp copy to host",
             bytes = size, "OpenMP device {}: {size} bytes device {src:#x} -> host {dst:#x}", self.id)
         .entered();
@@ -349,10 +393,17 @@ impl DeviceMemory for OmpDevice {
             (dst, self.host_number()),
             size,
         );
-        // SAFETY: as above, `size` writable bytes at `dst`.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
-        // SAFETY: as for the copy to the device.
-        match unsafe { self.device.raw() }.read(bytes, offload::DevicePtr(src)) {
+        // SAFETY: as above, `size` writable bytes at `dst` that nobody else touches until the
+        // construct is over.
+        let r = unsafe {
+            self.device.raw().copy_from_device(
+                dst as *mut u8,
+                offload::DevicePtr(src),
+                size as usize,
+                queue.map(|q| q.handle()),
+            )
+        };
+        match r {
             Ok(()) => true,
             Err(e) => {
                 messages::error(&format!(
@@ -659,6 +710,7 @@ impl Rtl {
                 state: Mutex::default(),
                 init: Mutex::default(),
                 pool: pools.like(),
+                queues: Mutex::default(),
             }));
         }
     }
@@ -726,6 +778,8 @@ impl Rtl {
     pub fn unregister(&self, desc: *const BinDesc) {
         let key = desc as usize;
         tracing::info!(target: "offload::image", "OpenMP descriptor {key:#x} unregistered");
+        // Queued `nowait` work that no task queried to its end finishes before the images go.
+        nowait::settle_all();
         lock(&self.libraries).retain(|l| l.desc != key);
         lock(&self.examined).retain(|(lib, _)| *lib != key);
         for d in self.all_devices() {
@@ -928,6 +982,7 @@ impl Rtl {
                             decl: messages::var_decl(&e.name),
                             shadows: Default::default(),
                             owned: false,
+                            fence: None,
                         },
                     );
                     keys.push(e.addr);
@@ -960,13 +1015,15 @@ impl Rtl {
     /// parallelism); on a GPU with the teams and threads upstream's plugins choose ([`gpu`]).
     /// Words fit a JIT-compiled kernel's `ptr` and `i64` parameters as well as an AOT kernel's
     /// unknown ones.
+    /// On a GPU the launch goes on `work`'s queue when it has one.
     pub fn launch(
         &self,
-        dev: &OmpDevice,
+        work: &nowait::Work,
         host_ptr: usize,
         args: &[KernelArg],
         request: &LaunchRequest,
     ) -> Result<(), String> {
+        let dev = &*work.dev;
         let st = lock(&dev.state);
         let Some(k) = st.kernels.get(&host_ptr) else {
             // Upstream's message; then, if this device refused some of the program's images,
@@ -1013,13 +1070,13 @@ impl Rtl {
                 unsafe { program.launch(&k.kernel, &LaunchDims::linear(1, 1), &a) }
                     .map_err(|e| format!("kernel {} on device {}: {e}", k.name, dev.id))
             }
-            Some(g) => self.launch_gpu(dev, g, &program, &k, args, request),
+            Some(g) => self.launch_gpu(work, g, &program, &k, args, request),
         }
     }
 
     fn launch_gpu(
         &self,
-        dev: &OmpDevice,
+        work: &nowait::Work,
         g: &GpuDevice,
         program: &Program,
         k: &LoadedKernel,
@@ -1041,6 +1098,7 @@ impl Rtl {
                 config.mode.name()
             )
         });
+        let dev = &*work.dev;
         // Device memory of this launch, freed when it is over.
         let mut temporary = Vec::new();
         let result = (|| {
@@ -1080,12 +1138,19 @@ impl Rtl {
                 block: [threads.max(1), 1, 1],
                 shared_mem_bytes: request.dyn_cgroup_mem.max(g.grid.shared_memory),
             };
-            // SAFETY: as on the host: the compiler made the kernel and its arguments together.
-            unsafe { program.launch(&k.kernel, &dims, &a) }.map_err(|e| e.to_string())
+            match work.queue() {
+                // SAFETY: as on the host: the compiler made the kernel and its arguments
+                // together; on a queue, what the arguments point to lives until the construct's
+                // work has run (`nowait::Work` frees it only then).
+                Some(q) => unsafe { program.launch_on(q, &k.kernel, &dims, &a) },
+                // SAFETY: as on the host.
+                None => unsafe { program.launch(&k.kernel, &dims, &a) },
+            }
+            .map_err(|e| e.to_string())
         })()
         .map_err(|e| format!("kernel {} on device {}: {e}", k.name, dev.id));
         for p in temporary {
-            pool::Backing::free_raw(&dev.device, p);
+            work.free_raw(p);
         }
         result
     }

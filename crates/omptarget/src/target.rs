@@ -2,9 +2,10 @@
 //! (`__tgt_target_kernel` and the legacy forms), data regions (`__tgt_target_data_*`) and
 //! mappers; the offload policy (`OMP_TARGET_OFFLOAD`, read from libomp) and the host fallback.
 
-use crate::abi::{BinDesc, FAIL, Ident, KernelArgs, NonContig, SUCCESS, map};
+use crate::abi::{self, BinDesc, FAIL, Ident, KernelArgs, NonContig, SUCCESS, map};
 use crate::mapping::{self, MapArg};
 use crate::messages;
+use crate::nowait;
 use crate::ompt;
 use crate::rtl::{self, OmpDevice, Rtl, lock};
 use offload::KernelArg;
@@ -453,6 +454,7 @@ enum DataOp {
 #[expect(clippy::too_many_arguments, reason = "the C ABI's argument lists")]
 unsafe fn data_construct(
     op: DataOp,
+    nowait: bool,
     loc: *const Ident,
     dev: i64,
     n: i32,
@@ -490,13 +492,13 @@ unsafe fn data_construct(
         d.id as i64,
         loc as usize,
     );
-    let ok = {
+    let ok = nowait::construct(&d, nowait, |work| {
         let mut st = lock(&d.state);
         match op {
             DataOp::Begin => {
                 let mut b: Vec<usize> = args.iter().map(|a| a.base).collect();
                 let r =
-                    mapping::data_begin(&mut st.table, &*d, &args, &mut b, false, &expand_mapper);
+                    mapping::data_begin(&mut st.table, work, &args, &mut b, false, &expand_mapper);
                 if r.is_ok() {
                     for (i, a) in args.iter().enumerate() {
                         if a.ty & map::RETURN_PARAM != 0 {
@@ -508,11 +510,11 @@ unsafe fn data_construct(
                 r.is_ok()
             }
             DataOp::End => {
-                mapping::data_end(&mut st.table, &*d, &args, false, &expand_mapper).is_ok()
+                mapping::data_end(&mut st.table, work, &args, false, &expand_mapper).is_ok()
             }
-            DataOp::Update => update(&mut st.table, &d, &args).is_ok(),
+            DataOp::Update => update(&mut st.table, work, &args).is_ok(),
         }
-    };
+    });
     ompt::target_end(begun);
     // A failure is reported by what failed (upstream adds nothing here) and dumps the tables
     // in `outcome`.
@@ -525,7 +527,7 @@ unsafe fn data_construct(
 /// `targetDataUpdate`: contiguous pieces, non-contiguous sections dimension by dimension.
 fn update(
     table: &mut mapping::Table,
-    d: &OmpDevice,
+    d: &dyn mapping::DeviceMemory,
     args: &[MapArg],
 ) -> Result<(), mapping::Failed> {
     for a in args {
@@ -595,7 +597,7 @@ macro_rules! data_entry {
             // SAFETY: the compiler's arrays of `n` entries.
             unsafe {
                 data_construct(
-                    $op, loc, dev, n, bases, begins, sizes, types, names, mappers,
+                    $op, false, loc, dev, n, bases, begins, sizes, types, names, mappers,
                 )
             }
         }
@@ -620,11 +622,12 @@ macro_rules! data_entry_nowait {
             _noalias_num: i32,
             _noalias: *mut c_void,
         ) {
-            // Synchronous: done before it returns (libomp orders the task's dependences).
+            // Upstream's `targetData<TaskAsyncInfoWrapperTy>`: queued on a GPU when the
+            // running task can be re-enqueued (`nowait`); libomp orders the dependences.
             // SAFETY: the compiler's arrays of `n` entries.
             unsafe {
                 data_construct(
-                    $op, loc, dev, n, bases, begins, sizes, types, names, mappers,
+                    $op, true, loc, dev, n, bases, begins, sizes, types, names, mappers,
                 )
             }
         }
@@ -646,6 +649,7 @@ macro_rules! data_entry_legacy {
             unsafe {
                 data_construct(
                     $op,
+                    false,
                     std::ptr::null(),
                     dev,
                     n,
@@ -680,6 +684,7 @@ macro_rules! data_entry_legacy_nowait {
             unsafe {
                 data_construct(
                     $op,
+                    false,
                     std::ptr::null(),
                     dev,
                     n,
@@ -711,15 +716,17 @@ data_entry_legacy_nowait!(__tgt_target_data_update_nowait, DataOp::Update);
 /// A target region: map, launch, unmap. `Err` when the region could not be offloaded.
 fn run_region(
     rtl: &Rtl,
-    d: &OmpDevice,
+    work: &nowait::Work,
     host_ptr: usize,
     request: &rtl::LaunchRequest,
     args: &[MapArg],
     bases: &mut [usize],
 ) -> Result<(), ()> {
+    use mapping::DeviceMemory;
+    let d = &*work.dev;
     {
         let mut st = lock(&d.state);
-        if mapping::data_begin(&mut st.table, d, args, bases, false, &expand_mapper).is_err() {
+        if mapping::data_begin(&mut st.table, work, args, bases, false, &expand_mapper).is_err() {
             drop(st);
             messages::error("Call to targetDataBegin failed, abort target.");
             messages::error("Failed to process data before launching the kernel.");
@@ -752,13 +759,12 @@ fn run_region(
                 let tgt = if size == 0 {
                     0
                 } else {
-                    use mapping::DeviceMemory;
-                    match d.alloc(size as u64, a.begin) {
+                    match work.alloc(size as u64, a.begin) {
                         Some(p) => {
                             privates.push(p);
                             if a.ty & map::TO != 0 {
                                 messages::info_copy_to_device(a.begin, p, size, "");
-                                if !d.submit(p, a.begin, size as u64) {
+                                if !work.submit(p, a.begin, size as u64) {
                                     failed = true;
                                 }
                             }
@@ -811,12 +817,8 @@ fn run_region(
                 false,
                 false,
             );
-            if r.is_present {
-                use mapping::DeviceMemory;
-                let bytes = r.tgt.expect("present").to_le_bytes();
-                if !d.submit(loc, bytes.as_ptr() as usize, 8) {
-                    failed = true;
-                }
+            if r.is_present && !work.submit_value(loc, r.tgt.expect("present")) {
+                failed = true;
             }
         }
     }
@@ -824,13 +826,10 @@ fn run_region(
         Err("a private argument could not be allocated or copied".to_string())
     } else {
         ompt::submit(request.num_teams);
-        rtl.launch(d, host_ptr, &values, request)
+        rtl.launch(work, host_ptr, &values, request)
     };
-    {
-        use mapping::DeviceMemory;
-        for p in privates {
-            d.free(p);
-        }
+    for p in privates {
+        work.free(p);
     }
     if let Err(e) = launched {
         messages::error(&e);
@@ -838,7 +837,7 @@ fn run_region(
         return Err(());
     }
     let mut st = lock(&d.state);
-    if mapping::data_end(&mut st.table, d, args, false, &expand_mapper).is_err() {
+    if mapping::data_end(&mut st.table, work, args, false, &expand_mapper).is_err() {
         drop(st);
         messages::error("Call to targetDataEnd failed, abort target.");
         messages::error("Failed to process data after launching the kernel.");
@@ -910,7 +909,11 @@ pub unsafe extern "C" fn __tgt_target_kernel(
             dyn_cgroup_mem: ka.dyn_cgroup_mem,
         }
     };
-    let ok = run_region(&rtl, &d, host_ptr as usize, &request, &margs, &mut bases).is_ok();
+    // Upstream's `targetKernel<TaskAsyncInfoWrapperTy>` for a `nowait` construct.
+    let nowait = ka.version >= 2 && ka.flags & abi::KERNEL_FLAG_NOWAIT != 0;
+    let ok = nowait::construct(&d, nowait, |work| {
+        run_region(&rtl, work, host_ptr as usize, &request, &margs, &mut bases).is_ok()
+    });
     ompt::target_end(begun);
     if ok && messages::enabled(messages::info::DUMP_TABLE) {
         dump_tables(&rtl, loc);
@@ -1169,15 +1172,22 @@ pub unsafe extern "C" fn __tgt_target_teams_nowait_mapper(
     }
 }
 
-/// Work is synchronous, so there is never an asynchronous handle to query; the slot is
-/// cleared as upstream does once the work is done.
+/// libomp's poll of a `nowait` construct's task ([`nowait::query`]): the slot is cleared once
+/// the queued work is done. A failure is a failed construct (fatal, as upstream's).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __tgt_target_nowait_query(handle: *mut *mut c_void) -> i32 {
-    if !handle.is_null() {
-        // SAFETY: libomp's slot.
-        unsafe { *handle = std::ptr::null_mut() };
+    // SAFETY: libomp's slot of the running task.
+    match unsafe { nowait::query(handle) } {
+        Ok(()) => SUCCESS,
+        Err(e) => {
+            messages::error(&e);
+            messages::error("Error while querying the async queue for completion.");
+            if let Some(rtl) = rtl::get() {
+                outcome(&rtl, false, std::ptr::null());
+            }
+            FAIL
+        }
     }
-    SUCCESS
 }
 
 #[unsafe(no_mangle)]
