@@ -496,6 +496,7 @@ pub unsafe extern "C" fn omp_target_associate_ptr(
             shadows: Default::default(),
             owned: false,
             fence: None,
+            users: Vec::new(),
         },
     );
     SUCCESS

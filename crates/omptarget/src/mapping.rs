@@ -84,9 +84,18 @@ pub struct Entry {
     pub owned: bool,
     /// The queued copy into it that other constructs wait for ([`DeviceMemory::fence`]).
     pub fence: Option<Fence>,
+    /// Queued work that uses it (kernels, copies back): its memory is not freed before they
+    /// have run. Finished ones are dropped as new ones come.
+    pub users: Vec<Fence>,
 }
 
 impl Entry {
+    /// Adds queued work that uses the entry, dropping the finished ones.
+    fn add_user(&mut self, fence: &Fence) {
+        self.users.retain(|u| !matches!(u.is_complete(), Ok(true)));
+        self.users.push(fence.clone());
+    }
+
     fn total(&self) -> u64 {
         if self.dyn_ref == INF || self.hold_ref == INF {
             INF
@@ -333,6 +342,7 @@ impl Table {
                         shadows: BTreeMap::new(),
                         owned: true,
                         fence: None,
+                        users: Vec::new(),
                     };
                     messages::info_mapping_created(&e);
                     tracing::info!(target: "offload::memory",
@@ -422,8 +432,9 @@ impl Table {
             return false;
         }
         let e = self.entries.remove(&key).expect("present");
-        if let Some(fence) = &e.fence {
-            // Its memory goes back once the copy into it has run.
+        // Its memory goes back once the copy into it and the queued work that uses it have run
+        // (a failure there is that construct's to report; the memory is free either way).
+        for fence in e.fence.iter().chain(&e.users) {
             dev.after(fence);
         }
         messages::info_mapping_removed(&e, size);
@@ -640,6 +651,15 @@ pub fn data_end(
     } else {
         lists.into_iter().flatten().collect()
     };
+    // Queued work (this construct's kernel and copies back) uses these entries until it has
+    // run: whoever deletes one waits for it.
+    if let Some(fence) = (!all.is_empty()).then(|| dev.fence()).flatten() {
+        for p in &all {
+            if let Some(e) = table.entries.get_mut(&p.0) {
+                e.add_user(&fence);
+            }
+        }
+    }
     // Upstream counts the construct's references to an entry (its data-end thread count); the
     // last one deletes it, and the info line gives that map entry's size. Few entries: a scan.
     let mut left: HashMap<usize, usize> = HashMap::new();
@@ -772,7 +792,11 @@ pub fn update_piece(
             }
         }
         let fence = dev.fence();
-        table.entries.get_mut(&key).expect("present").fence = fence;
+        let e = table.entries.get_mut(&key).expect("present");
+        if let Some(f) = &fence {
+            e.add_user(f);
+        }
+        e.fence = fence;
     }
     if ty & map::FROM != 0 {
         messages::info_copy_to_host(tgt, hp, size, &table.entries[&key].name);
@@ -781,6 +805,13 @@ pub fn update_piece(
         }
         for (&addr, s) in &table.entries[&key].shadows {
             dev.restore(addr, s.host_val);
+        }
+        if let Some(fence) = dev.fence() {
+            table
+                .entries
+                .get_mut(&key)
+                .expect("present")
+                .add_user(&fence);
         }
     }
     Ok(())

@@ -190,12 +190,11 @@ impl DeviceMemory for Work {
         }
     }
     fn after(&self, fence: &Fence) -> bool {
-        if matches!(fence.is_complete(), Ok(true)) {
-            return true;
-        }
+        // A finished fence's synchronize returns at once, with the error of the work it
+        // followed, if that failed.
         let r = match &self.queue {
-            Some(q) => q.wait(fence),
-            None => fence.synchronize(),
+            Some(q) if !matches!(fence.is_complete(), Ok(true)) => q.wait(fence),
+            _ => fence.synchronize(),
         };
         match r {
             Ok(()) => true,
@@ -210,7 +209,8 @@ impl DeviceMemory for Work {
     }
 }
 
-/// A construct's queued work that was not done when the construct returned.
+/// A construct's queued work that was not done when the construct returned (`work` is `None`
+/// once it has been settled).
 struct Pending {
     work: Mutex<Option<Work>>,
     event: offload::Event,
@@ -364,15 +364,27 @@ thread_local! {
     static QUERIES: std::cell::RefCell<Backoff> = const { std::cell::RefCell::new(Backoff { count: 0.0 }) };
 }
 
+/// Why a query failed.
+#[derive(Debug)]
+pub enum QueryError {
+    /// The slot is NULL, or holds what this library never gave (the slot is cleared, so the
+    /// task completes).
+    Foreign(String),
+    /// The queued work failed (the slot is cleared).
+    Failed(String),
+}
+
 /// `__tgt_target_nowait_query`: whether the work in `*handle` is done; if it is, what waited
-/// for it is done and the slot cleared. `Err`: the handle is not this library's, or the queued
-/// work failed (the slot is cleared then too).
+/// for it is done and the slot cleared. The slot is never left holding a handle that is not
+/// live, so libomp never re-enqueues a task for ever.
 ///
 /// # Safety
 /// `handle` is NULL or a task's async handle slot.
-pub unsafe fn query(handle: *mut *mut c_void) -> Result<(), String> {
+pub unsafe fn query(handle: *mut *mut c_void) -> Result<(), QueryError> {
     if handle.is_null() {
-        return Err("__tgt_target_nowait_query: the async handle slot is NULL".into());
+        return Err(QueryError::Foreign(
+            "__tgt_target_nowait_query: the async handle slot is NULL".into(),
+        ));
     }
     // SAFETY: the caller's slot.
     let key = unsafe { *handle } as usize;
@@ -381,10 +393,12 @@ pub unsafe fn query(handle: *mut *mut c_void) -> Result<(), String> {
         return Ok(());
     }
     let Some(pending) = lock(live()).get(&key).cloned() else {
-        return Err(format!(
+        // SAFETY: the caller's slot.
+        unsafe { *handle = std::ptr::null_mut() };
+        return Err(QueryError::Foreign(format!(
             "__tgt_target_nowait_query: {key:#x} is not an async handle of this library (a \
-             stale or foreign handle)"
-        ));
+             stale or foreign handle); the slot is cleared"
+        )));
     };
     let (max, threshold, factor) = backoff_settings();
     let block = QUERIES.with(|q| q.borrow().count > threshold);
@@ -403,30 +417,35 @@ pub unsafe fn query(handle: *mut *mut c_void) -> Result<(), String> {
         return Ok(());
     }
     QUERIES.with(|q| q.borrow_mut().count *= factor);
-    // The first to remove the handle completes it.
-    let owned = lock(live()).remove(&key).is_some();
+    // Settled under its own lock: whoever settles it (this query or `settle_all`), the slot is
+    // cleared only once the work is settled.
+    let settled = {
+        let mut work = lock(&pending.work);
+        match work.take() {
+            Some(mut w) => w.settle(),
+            None => Ok(()),
+        }
+    };
+    lock(live()).remove(&key);
     // SAFETY: the caller's slot.
     unsafe { *handle = std::ptr::null_mut() };
-    if !owned {
-        return Ok(());
-    }
-    let work = lock(&pending.work).take();
-    let settled = match work {
-        Some(mut w) => w.settle(),
-        None => Ok(()),
-    };
     match asked {
-        Err(e) => Err(format!("asking whether queued work is done: {e}")),
-        Ok(_) => settled,
+        Err(e) => Err(QueryError::Failed(format!(
+            "asking whether queued work is done: {e}"
+        ))),
+        Ok(_) => settled.map_err(QueryError::Failed),
     }
 }
 
-/// The handles still open (work queued by `nowait` constructs whose task never queried them
-/// to the end): waited for and settled, at unregistration.
+/// Work queued by `nowait` constructs that no query has completed yet: waited for and
+/// settled, at unregistration. The handles stay live (settled), so a task that queries one
+/// later completes at once.
 pub fn settle_all() {
-    let all: Vec<Arc<Pending>> = lock(live()).drain().map(|(_, p)| p).collect();
+    let all: Vec<Arc<Pending>> = lock(live()).values().cloned().collect();
     for p in all {
-        if let Some(mut w) = lock(&p.work).take()
+        // Held while it settles: a query of this handle waits, then finds it settled.
+        let mut work = lock(&p.work);
+        if let Some(mut w) = work.take()
             && let Err(e) = w.settle()
         {
             messages::error(&e);

@@ -983,6 +983,7 @@ impl Rtl {
                             shadows: Default::default(),
                             owned: false,
                             fence: None,
+                            users: Vec::new(),
                         },
                     );
                     keys.push(e.addr);

@@ -1173,19 +1173,22 @@ pub unsafe extern "C" fn __tgt_target_teams_nowait_mapper(
 }
 
 /// libomp's poll of a `nowait` construct's task ([`nowait::query`]): the slot is cleared once
-/// the queued work is done. A failure is a failed construct (fatal, as upstream's).
+/// the queued work is done. Failed queued work is upstream's fatal error; a handle that is not
+/// ours is an error and the slot is cleared.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __tgt_target_nowait_query(handle: *mut *mut c_void) -> i32 {
     // SAFETY: libomp's slot of the running task.
     match unsafe { nowait::query(handle) } {
         Ok(()) => SUCCESS,
-        Err(e) => {
+        // Not a handle of ours: said, and the task goes on (its slot is clear).
+        Err(nowait::QueryError::Foreign(e)) => {
             messages::error(&e);
-            messages::error("Error while querying the async queue for completion.");
-            if let Some(rtl) = rtl::get() {
-                outcome(&rtl, false, std::ptr::null());
-            }
             FAIL
+        }
+        // The construct returned long ago: no host fallback is left, as upstream's.
+        Err(nowait::QueryError::Failed(e)) => {
+            messages::error(&e);
+            messages::fatal(1, "Error while querying the async queue for completion.")
         }
     }
 }
