@@ -43,8 +43,10 @@
 # runtime linked by clang (both libraries can run it), and for amdgpu AOT; each run on our
 # libomptarget.so.19.1 and on Debian's (packed beside it), with OMP_TARGET_OFFLOAD=MANDATORY,
 # results checked by the programs, the benchmark's cases as ours / Debian's. Its lines start
-# with "omp:"; docs/openmp.md has the figures. Not yet here: LLVM 19's offload/test suite for
-# the GPU target (it compiles at test time; the GPU machine has no clang).
+# with "omp:"; docs/openmp.md has the figures. Then LLVM 19's offload/test suite for the GPU
+# target (nvptx64 JIT mode; amdgcn JIT and AOT): compiled here by lit through scripts/lit-cc,
+# which records each compile's output, and run there by lit with the recorded outputs in place
+# of the compiler, on ours and on Debian's; OFFLOAD_GPU_CHECK_SUITE=0 leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -153,6 +155,7 @@ omp_prepare() {
     cuda) cp /usr/lib/llvm-19/lib/libomptarget-nvptx-sm_*.bc "$dir/rtl/" ;;
     amdgpu) cp /usr/lib/llvm-19/lib/libomptarget-amdgpu-gfx*.bc "$dir/rtl/" ;;
   esac
+  [ "${OFFLOAD_GPU_CHECK_SUITE:-1}" = 0 ] || suite_prepare "$dir"
   du -sh "$dir"
 }
 
@@ -222,7 +225,94 @@ for case, libs in t.items():
               f"(range {min(ratios):.2f}-{max(ratios):.2f})")
 PY
   fi
+  if [ "${OFFLOAD_GPU_CHECK_SUITE:-1}" != 0 ]; then
+    echo "== LLVM 19's offload suite, ours and Debian's"
+    suite_run "$dir" "$dry" || fails=$((fails + 1))
+  fi
   echo "omp: $fails failure(s)"
+  [ "$fails" -eq 0 ]
+}
+
+# The suite's builds: one (target, mode, flags) per line, for the backend.
+suite_builds() {
+  local procs a archs=""
+  case "$backend" in
+    cuda) echo "nvptx64-nvidia-cuda jit sm_90 -nocudalib --offload-arch=sm_90" ;;
+    amdgpu)
+      procs=${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}
+      for a in $(tr ',' ' ' <<<"$procs"); do archs+=" --offload-arch=$a"; done
+      echo "amdgcn-amd-amdhsa jit ${procs%%,*}$archs"
+      echo "amdgcn-amd-amdhsa aot ${procs%%,*}$archs"
+      ;;
+  esac
+}
+
+# suite_prepare DIR: LLVM 19's offload suite for the backend's target, compiled here (the GPU
+# machine has no clang) by lit through scripts/lit-cc --record, with what running it there
+# needs: the suite's sources, FileCheck and `not` (with a stand-in for the libz3 they link and
+# never call), lit. OFFLOAD_GPU_CHECK_SUITE_TESTS (paths under offload/test) limits it.
+suite_prepare() {
+  local dir=$1 t=$1/suite target mode arch flags
+  echo "== LLVM 19's offload suite for the GPU target (compiled here, run there)"
+  rm -rf "$t" && mkdir -p "$t/tools"
+  # shellcheck disable=SC2086
+  while read -r target mode arch flags; do
+    local m=()
+    [ "$mode" = jit ] && m=(--jit)
+    scripts/omp-conformance.sh --lib "$dir/debian" --target "$target" "${m[@]}" --flags "$flags" \
+      --gpu-arch "$arch" --record "$t/store-$target-$mode" --out "$t/record-$target-$mode" \
+      ${OFFLOAD_GPU_CHECK_SUITE_TESTS:-} | tail -n 1
+    rm -rf "$t/record-$target-$mode"
+    tar -cJf "$t/store-$target-$mode.tar.xz" -C "$t" "store-$target-$mode" && rm -rf "$t/store-$target-$mode"
+  done < <(suite_builds)
+  mkdir -p "$t/suite/offload"
+  cp -r .tools/llvm-19-offload-test/offload/test "$t/suite/offload/"
+  cp /usr/lib/llvm-19/bin/FileCheck /usr/lib/llvm-19/bin/not "$t/tools/"
+  echo 'void offload_no_z3(void) {}' | clang-19 -x c -shared -fPIC -Wl,-soname,libz3.so.4 -o "$t/tools/libz3.so.4" -
+  cp -r /usr/lib/llvm-19/build/utils/lit "$t/tools/lit"
+  du -sh "$t"
+}
+
+# suite_run DIR [dry]: the recorded suite on ours and on Debian's, each build; then the tests
+# Debian's passes and ours does not. Lines start with "omp: suite".
+suite_run() {
+  local dir=$1 dry=${2:-} t=$1/suite target mode arch flags lib fails=0
+  [ -d "$t/tools" ] || { echo "omp: suite: not prepared"; return 0; }
+  # lit passes the programs only the variables it knows, and those named here.
+  local env="OFFLOAD_OMP_DEVICE_RTL_DIR=$dir/rtl" v
+  for v in OFFLOAD_LLD OFFLOAD_PTXAS OFFLOAD_CUDA_DRIVER OFFLOAD_HSA_RUNTIME; do
+    [ -n "${!v:-}" ] && env+=" $v=${!v}"
+  done
+  while read -r target mode arch flags; do
+    local store=$t/store-$target-$mode
+    [ -d "$store" ] || tar -xJf "$store.tar.xz" -C "$t"
+    local m=()
+    [ "$mode" = jit ] && m=(--jit)
+    for lib in ours debian; do
+      [ -n "$dry" ] && [ "$lib" = debian ] && continue
+      # shellcheck disable=SC2086
+      LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CHECK_OPENMP_ENV="$env" \
+        timeout 900 scripts/omp-conformance.sh --lib "$dir/$lib" --target "$target" "${m[@]}" \
+        --flags "$flags" --gpu-arch "$arch" --replay "$store" --tools "$t/tools" --suite "$t/suite" \
+        --out "$t/run-$lib-$target-$mode" ${OFFLOAD_GPU_CHECK_SUITE_TESTS:-} | tail -n 1 | sed "s/^omp-conformance:/omp: suite $lib:/" \
+        || fails=$((fails + 1))
+    done
+    [ -n "$dry" ] && continue
+    python3 - "$t/run-ours-$target-$mode/results.json" "$t/run-debian-$target-$mode/results.json" "$target $mode" <<'PY' || true
+import json, sys
+def load(p):
+    try:
+        return {t["name"].split(" :: ")[-1]: t["code"] for t in json.load(open(p))["tests"]}
+    except (OSError, ValueError, KeyError):
+        return {}
+ours, debian, what = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
+ok = ("PASS", "XFAIL")
+worse = sorted(n for n, c in debian.items() if c in ok and ours.get(n) not in ok)
+better = sorted(n for n, c in ours.items() if c in ok and debian.get(n) not in ok)
+print(f"omp: suite {what}: Debian's passes and ours does not: {len(worse)} {' '.join(worse)}")
+print(f"omp: suite {what}: ours passes and Debian's does not: {len(better)} {' '.join(better)}")
+PY
+  done < <(suite_builds)
   [ "$fails" -eq 0 ]
 }
 
@@ -249,6 +339,8 @@ dry_run() {
       FAKE_CUDA_KERNEL_LIMITS=heavy:448:0
     echo "== the check against the fake driver"
     "$check" run "$out/images" 200
+    # The suite's mechanics (record here, replay against the fake) on a few tests.
+    export OFFLOAD_GPU_CHECK_SUITE_TESTS=${OFFLOAD_GPU_CHECK_SUITE_TESTS:-"offloading/d2d_memcpy.c offloading/bug49021.cpp"}
     omp_prepare "$out/omp" debug
     omp_run "$out/omp" dry
   else
@@ -257,7 +349,9 @@ dry_run() {
     export OFFLOAD_HSA_RUNTIME=$out/libhsa_fake.so FAKE_HSA_LOG=$out/runtime.log FAKE_HSA_FAULT=fault:memory
     echo "== the check against the fake runtime"
     "$check" run "$out/images"
-    OFFLOAD_GPU_CHECK_PROCESSORS=gfx90a omp_prepare "$out/omp" debug
+    export OFFLOAD_GPU_CHECK_SUITE_TESTS=${OFFLOAD_GPU_CHECK_SUITE_TESTS:-"offloading/d2d_memcpy.c offloading/bug49021.cpp"}
+    export OFFLOAD_GPU_CHECK_PROCESSORS=gfx90a
+    omp_prepare "$out/omp" debug
     omp_run "$out/omp" dry
   fi
 }

@@ -16,6 +16,19 @@
 #   TEST...     paths under offload/test to run (e.g. mapping api/omp_target_memcpy.c);
 #               default: the whole suite
 #
+# For a GPU target, built here and run on a machine without a compiler (scripts/gpu-check.sh):
+#   --target T      the suite's target (default x86_64-pc-linux-gnu; nvptx64-nvidia-cuda,
+#                   amdgcn-amd-amdhsa)
+#   --flags "F"     more compiler flags for every test (e.g. -fopenmp-target-jit -nocudalib
+#                   --offload-arch=sm_90)
+#   --gpu-arch A    the GPU the suite is for (sm_90 -> lit's cuda_test_arch 90; gfx90a), which
+#                   decides lit's unified_shared_memory feature
+#   --record STORE  compile every test through scripts/lit-cc, keeping the outputs in STORE;
+#                   only the compiles of the RUN lines run (scripts/lit_record.py)
+#   --replay STORE  run with the outputs kept in STORE instead of compiling (no compiler, apt
+#                   or network needed); --tools DIR holds FileCheck, not and lit/ (default
+#                   Debian's), --suite DIR the suite (a copy of .tools/llvm-19-offload-test)
+#
 # It installs what is missing (libomp-19-dev; a deb-src line for Debian's main archive, in
 # /etc/apt/sources.list.d/offload-deb-src.sources), fetches the suite from Debian's source
 # package llvm-toolchain-19 once (into .tools/llvm-19-offload-test), and prints one line:
@@ -30,6 +43,13 @@ root=$PWD
 
 lib=/usr/lib/llvm-19/lib
 mode=aot
+target=x86_64-pc-linux-gnu
+more_flags=""
+gpu_arch=""
+record=""
+replay=""
+tools=""
+suite=$root/.tools/llvm-19-offload-test
 jobs=$(nproc)
 out=""
 verbose=-q
@@ -40,8 +60,15 @@ while [ $# -gt 0 ]; do
     --jit) mode=jit; shift ;;
     --jobs) jobs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --target) target=$2; shift 2 ;;
+    --flags) more_flags=$2; shift 2 ;;
+    --gpu-arch) gpu_arch=$2; shift 2 ;;
+    --record) mkdir -p "$2" && record=$(cd "$2" && pwd); shift 2 ;;
+    --replay) replay=$(cd "$2" 2>/dev/null && pwd) || { echo "omp-conformance: --replay '$2' is not a directory" >&2; exit 2; }; shift 2 ;;
+    --tools) tools=$(cd "$2" 2>/dev/null && pwd) || { echo "omp-conformance: --tools '$2' is not a directory" >&2; exit 2; }; shift 2 ;;
+    --suite) suite=$(cd "$2" 2>/dev/null && pwd) || { echo "omp-conformance: --suite '$2' is not a directory" >&2; exit 2; }; shift 2 ;;
     -v) verbose=-v; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     -*) echo "omp-conformance: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) tests+=("$1"); shift ;;
   esac
@@ -53,6 +80,7 @@ fi
 
 sudo_() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 
+if [ -z "$replay" ]; then
 # libomp and Debian's libomptarget (the baseline, and the headers and device runtime archive the
 # test programs link with).
 # llvm-19-tools: lit, FileCheck and not.
@@ -66,7 +94,6 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq "${need[@]}" >/dev/null || exit 2
 fi
 
-suite=$root/.tools/llvm-19-offload-test
 if [ ! -f "$suite/offload/test/lit.cfg" ]; then
   if ! apt-get source --print-uris llvm-toolchain-19 >/dev/null 2>&1; then
     echo "omp-conformance: adding a deb-src line for Debian bookworm main (apt source packages)"
@@ -88,30 +115,55 @@ EOF
   echo "${tarball##*/}" > "$suite.tmp/SOURCE"
   rm -rf "$dl" "$suite" && mv "$suite.tmp" "$suite"
 fi
+fi
 src=$suite/offload/test
 
 if [ -z "$out" ]; then
   out=$root/.tools/omp-conformance/$(echo "$lib" | tr '/' '_')-$mode
+  [ "$target" = x86_64-pc-linux-gnu ] || out=$out-$target
 fi
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 flags=""
 [ "$mode" = jit ] && flags="-fopenmp-target-jit"
+flags="$flags $more_flags"
 llvm=/usr/lib/llvm-19
+cc=/usr/bin/clang-19 cxx=/usr/bin/clang++-19
+filecheck=$llvm/bin/FileCheck not=$llvm/bin/not
+litdir=/usr/lib/llvm-19/build/utils/lit
+# Paths that differ between the machine that records and the one that replays.
+roots="$src:$out:$lib"
+if [ -n "$record" ]; then
+  cc="$root/scripts/lit-cc --record $record --roots $roots $cc"
+  cxx="$root/scripts/lit-cc --record $record --roots $roots $cxx"
+elif [ -n "$replay" ]; then
+  cc="$root/scripts/lit-cc --replay $replay --roots $roots $cc"
+  cxx="$root/scripts/lit-cc --replay $replay --roots $roots $cxx"
+  if [ -n "$tools" ]; then
+    filecheck=$tools/FileCheck not=$tools/not litdir=$tools/lit
+    export LD_LIBRARY_PATH=$tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+fi
+cuda_arch="" amd_arch=""
+case $target in
+  nvptx*) cuda_arch=${gpu_arch#sm_} ;;
+  amdgcn*) amd_arch=$gpu_arch ;;
+esac
 cat > "$out/lit.site.cfg" <<EOF
 # Written by scripts/omp-conformance.sh: the values CMake would fill in for an x86_64 host build
 # of LLVM 19.1.7's offload/test, pointing at the library under test.
 config.bin_llvm_tools_dir = "$llvm/bin"
-config.test_c_compiler = "/usr/bin/clang-19"
-config.test_cxx_compiler = "/usr/bin/clang++-19"
+config.test_c_compiler = "$cc"
+config.test_cxx_compiler = "$cxx"
 config.test_fortran_compiler = ""
 config.test_compiler_features = ["clang", "clang-19", "clang-19.1", "clang-19.1.7"]
 config.test_openmp_flags = "-fopenmp -pthread"
 config.test_extra_flags = "$flags"
 config.cuda_path = ""
 config.cuda_libdir = ""
-config.cuda_test_arch = ""
-config.amdgpu_test_arch = ""
-config.libomptarget_obj_root = "$out/x86_64-pc-linux-gnu"
+config.cuda_test_arch = "$cuda_arch"
+config.amdgpu_test_arch = "$amd_arch"
+config.libomptarget_obj_root = "$out/$target"
 config.library_dir = "$lib"
 config.llvm_library_dir = "$llvm/lib"
 config.llvm_library_intdir = "$llvm/lib"
@@ -126,14 +178,23 @@ config.libomptarget_all_targets = """aarch64-unknown-linux-gnu aarch64-unknown-l
     powerpc64-ibm-linux-gnu powerpc64-ibm-linux-gnu-LTO x86_64-pc-linux-gnu
     x86_64-pc-linux-gnu-LTO nvptx64-nvidia-cuda nvptx64-nvidia-cuda-LTO
     nvptx64-nvidia-cuda-JIT-LTO s390x-ibm-linux-gnu s390x-ibm-linux-gnu-LTO""".split()
-config.libomptarget_current_target = "x86_64-pc-linux-gnu"
-config.libomptarget_filecheck = "$llvm/bin/FileCheck"
-config.libomptarget_not = "$llvm/bin/not"
+config.libomptarget_current_target = "$target"
+config.libomptarget_filecheck = "$filecheck"
+config.libomptarget_not = "$not"
 config.libomptarget_debug = False
 config.has_libomptarget_ompt = True
 config.libomptarget_has_libc = False
 lit_config.load_config(config, "$src/lit.cfg")
 EOF
+if [ -n "$record" ]; then
+  # Only the compiles run (scripts/lit_record.py).
+  cat >> "$out/lit.site.cfg" <<EOF
+import sys
+sys.path.insert(0, "$root/scripts")
+import lit_record
+config.test_format = lit_record.RecordFormat()
+EOF
+fi
 
 paths=()
 if [ ${#tests[@]} -eq 0 ]; then
@@ -141,12 +202,12 @@ if [ ${#tests[@]} -eq 0 ]; then
 else
   for t in "${tests[@]}"; do paths+=("$src/$t"); done
 fi
-echo "omp-conformance: lit on ${#paths[@]} path(s) of $src, library $lib, mode $mode, -j$jobs"
+echo "omp-conformance: lit on ${#paths[@]} path(s) of $src, library $lib, target $target, mode $mode${record:+, recording}${replay:+, replaying}, -j$jobs"
 start=$(date +%s)
 PATH=$llvm/bin:$PATH LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-  python3 - "$src/lit.cfg" "$out/lit.site.cfg" "$out/results.json" "$jobs" "$verbose" "${paths[@]}" <<'PY'
+  python3 - "$litdir" "$src/lit.cfg" "$out/lit.site.cfg" "$out/results.json" "$jobs" "$verbose" "${paths[@]}" <<'PY'
 import os, sys
-sys.path.insert(0, "/usr/lib/llvm-19/build/utils/lit")
+sys.path.insert(0, sys.argv.pop(1))
 import lit.main
 cfg, site, results, jobs, verbose, *paths = sys.argv[1:]
 sys.argv = ["lit", verbose, "-j", jobs, "-o", results] + paths
@@ -155,9 +216,11 @@ try:
 except SystemExit:
     pass
 PY
-python3 - "$out/results.json" "$mode" "$lib" "$(( $(date +%s) - start ))" <<'PY'
+python3 - "$out/results.json" "$mode${record:+ recording: counts mean nothing}" "$lib" "$(( $(date +%s) - start ))" "$target" <<'PY'
 import json, sys, collections
-path, mode, lib, secs = sys.argv[1:]
+path, mode, lib, secs, target = sys.argv[1:]
+if target != "x86_64-pc-linux-gnu":
+    mode = f"{target}, {mode}"
 try:
     tests = json.load(open(path))["tests"]
 except (OSError, ValueError, KeyError) as e:

@@ -707,6 +707,31 @@ pub const GPU_CHECK_EXTRAS: [&str; 6] = [
 /// (a fake's setting under which allocations fail), runs it once more with it and checks that
 /// the run fails, its status coming through the pipe and its summary counting failures. The
 /// first run.
+/// The suite lines of a GPU check's dry run (`omp: suite ours: N passed, N failed, ...`): each
+/// recorded test was replayed (ran, its result not judged: the fakes do not compute), none
+/// missed its recorded program. Returns how many builds reported.
+pub fn assert_suite_replayed(log: &str, tests: u64) -> usize {
+    assert!(
+        !log.contains("not built when the suite was prepared"),
+        "a replay missed its recorded program:\n{log}"
+    );
+    let mut builds = 0;
+    for line in log.lines().filter(|l| l.starts_with("omp: suite ours: ")) {
+        // "omp: suite ours: 0 passed, 2 failed, 0 unsupported (...)"
+        let counts = line.trim_start_matches("omp: suite ours: ");
+        let n = |what: &str| -> u64 {
+            counts
+                .split(", ")
+                .find_map(|part| part.strip_suffix(what)?.parse().ok())
+                .unwrap_or(0)
+        };
+        assert_eq!(n(" passed") + n(" failed"), tests, "{line}");
+        builds += 1;
+    }
+    assert!(builds > 0, "no suite lines:\n{log}");
+    builds
+}
+
 pub fn assert_gpu_check_dry_run(
     backend: &str,
     wants: &[&str],

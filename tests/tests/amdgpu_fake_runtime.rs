@@ -1105,4 +1105,6 @@ fn the_gpu_check_runs_end_to_end_against_the_fake_runtime() {
     let run = assert_gpu_check_dry_run("amdgpu", &GPU_CHECK_EXTRAS, None);
     let log = &run.log;
     assert!(log.contains("scan       skipped: 96 KiB"), "{log}");
+    // LLVM's suite, recorded and replayed: amdgcn JIT and AOT, two tests each.
+    assert_eq!(assert_suite_replayed(log, 2), 2);
 }

@@ -1096,7 +1096,9 @@ fn the_gpu_check_runs_end_to_end_against_the_fake_driver() {
         "launch overhead, empty kernel, against raw cudarc",
     ];
     wants.extend(GPU_CHECK_EXTRAS);
-    assert_gpu_check_dry_run("cuda", &wants, Some(("FAKE_CUDA_MEMORY", "4096")));
+    let run = assert_gpu_check_dry_run("cuda", &wants, Some(("FAKE_CUDA_MEMORY", "4096")));
+    // LLVM's suite, recorded and replayed (two tests in the dry run, one nvptx64 JIT build).
+    assert_eq!(assert_suite_replayed(&run.log, 2), 1);
 }
 
 #[test]
