@@ -145,7 +145,8 @@ omp_prepare() {
     fi
   done
   # Ours beside its plugins and JIT worker (it looks for them next to itself).
-  cp -L "target/$profile/libomptarget.so.19.1" "$dir/ours/"
+  # Stripped (15 MB to 1.7 MB in a release build): the pack travels to the GPU machine.
+  strip -o "$dir/ours/libomptarget.so.19.1" "target/$profile/libomptarget.so.19.1"
   for f in "$plugin_file" liboffload_plugin_host.so offload-jit-worker offload-dlopen-probe; do
     strip -o "$dir/ours/$f" "target/$profile/$f"
   done
