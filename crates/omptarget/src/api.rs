@@ -98,17 +98,17 @@ fn device(dev: c_int, what: &str) -> Result<Option<Arc<OmpDevice>>, ()> {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omp_get_num_devices() -> c_int {
-    num_devices()
+    crate::guard::call("omp_get_num_devices", 0, num_devices)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omp_get_initial_device() -> c_int {
-    num_devices()
+    crate::guard::call("omp_get_initial_device", crate::abi::FAIL, num_devices)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omp_get_device_num() -> c_int {
-    num_devices()
+    crate::guard::call("omp_get_device_num", crate::abi::FAIL, num_devices)
 }
 
 fn alloc(size: usize, dev: c_int, what: &str) -> *mut c_void {
@@ -139,47 +139,65 @@ fn free(ptr: *mut c_void, dev: c_int, what: &str) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omp_target_alloc(size: usize, dev: c_int) -> *mut c_void {
-    alloc(size, dev, "omp_target_alloc")
+    crate::guard::call("omp_target_alloc", std::ptr::null_mut(), || {
+        alloc(size, dev, "omp_target_alloc")
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn llvm_omp_target_alloc_device(size: usize, dev: c_int) -> *mut c_void {
-    alloc(size, dev, "llvm_omp_target_alloc_device")
+    crate::guard::call("llvm_omp_target_alloc_device", std::ptr::null_mut(), || {
+        alloc(size, dev, "llvm_omp_target_alloc_device")
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn llvm_omp_target_alloc_host(size: usize, dev: c_int) -> *mut c_void {
-    alloc(size, dev, "llvm_omp_target_alloc_host")
+    crate::guard::call("llvm_omp_target_alloc_host", std::ptr::null_mut(), || {
+        alloc(size, dev, "llvm_omp_target_alloc_host")
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn llvm_omp_target_alloc_shared(size: usize, dev: c_int) -> *mut c_void {
-    alloc(size, dev, "llvm_omp_target_alloc_shared")
+    crate::guard::call("llvm_omp_target_alloc_shared", std::ptr::null_mut(), || {
+        alloc(size, dev, "llvm_omp_target_alloc_shared")
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn omp_target_free(ptr: *mut c_void, dev: c_int) {
-    free(ptr, dev, "omp_target_free")
+    crate::guard::call("omp_target_free", (), || free(ptr, dev, "omp_target_free"))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn llvm_omp_target_free_device(ptr: *mut c_void, dev: c_int) {
-    free(ptr, dev, "llvm_omp_target_free_device")
+    crate::guard::call("llvm_omp_target_free_device", (), || {
+        free(ptr, dev, "llvm_omp_target_free_device")
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn llvm_omp_target_free_host(ptr: *mut c_void, dev: c_int) {
-    free(ptr, dev, "llvm_omp_target_free_host")
+    crate::guard::call("llvm_omp_target_free_host", (), || {
+        free(ptr, dev, "llvm_omp_target_free_host")
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn llvm_omp_target_free_shared(ptr: *mut c_void, dev: c_int) {
-    free(ptr, dev, "llvm_omp_target_free_shared")
+    crate::guard::call("llvm_omp_target_free_shared", (), || {
+        free(ptr, dev, "llvm_omp_target_free_shared")
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn llvm_omp_target_dynamic_shared_alloc() -> *mut c_void {
-    std::ptr::null_mut()
+    crate::guard::call(
+        "llvm_omp_target_dynamic_shared_alloc",
+        std::ptr::null_mut(),
+        std::ptr::null_mut,
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -188,7 +206,7 @@ pub extern "C" fn llvm_omp_target_lock_mem(
     _size: usize,
     _dev: c_int,
 ) -> *mut c_void {
-    ptr
+    crate::guard::call("llvm_omp_target_lock_mem", std::ptr::null_mut(), || ptr)
 }
 
 #[unsafe(no_mangle)]
@@ -196,21 +214,27 @@ pub extern "C" fn llvm_omp_target_unlock_mem(_ptr: *mut c_void, _dev: c_int) {}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn omp_target_is_present(ptr: *const c_void, dev: c_int) -> c_int {
-    if ptr.is_null() {
-        return 0;
-    }
-    match device(dev, "omp_target_is_present") {
-        Ok(None) => 1,
-        Ok(Some(d)) => {
-            // One byte, as upstream checks (the size of the storage is not known).
-            let r =
-                lock(&d.state)
-                    .table
-                    .get_tgt_ptr_begin(ptr as usize, 1, false, false, false, false);
-            c_int::from(r.is_present)
+    crate::guard::call("omp_target_is_present", 0, || {
+        if ptr.is_null() {
+            return 0;
         }
-        Err(()) => 0,
-    }
+        match device(dev, "omp_target_is_present") {
+            Ok(None) => 1,
+            Ok(Some(d)) => {
+                // One byte, as upstream checks (the size of the storage is not known).
+                let r = lock(&d.state).table.get_tgt_ptr_begin(
+                    ptr as usize,
+                    1,
+                    false,
+                    false,
+                    false,
+                    false,
+                );
+                c_int::from(r.is_present)
+            }
+            Err(()) => 0,
+        }
+    })
 }
 
 /// One synchronous copy between any two devices (the host is the initial device).
@@ -254,19 +278,21 @@ pub unsafe extern "C" fn omp_target_memcpy(
     dst_dev: c_int,
     src_dev: c_int,
 ) -> c_int {
-    if len == 0 {
-        return SUCCESS;
-    }
-    if dst.is_null() || src.is_null() {
-        return FAIL;
-    }
-    copy(
-        dst as usize + dst_off,
-        src as usize + src_off,
-        len,
-        dst_dev,
-        src_dev,
-    )
+    crate::guard::call("omp_target_memcpy", crate::abi::FAIL, || {
+        if len == 0 {
+            return SUCCESS;
+        }
+        if dst.is_null() || src.is_null() {
+            return FAIL;
+        }
+        copy(
+            dst as usize + dst_off,
+            src as usize + src_off,
+            len,
+            dst_dev,
+            src_dev,
+        )
+    })
 }
 
 #[expect(clippy::too_many_arguments, reason = "the C ABI's argument lists")]
@@ -337,37 +363,39 @@ pub unsafe extern "C" fn omp_target_memcpy_rect(
     dst_dev: c_int,
     src_dev: c_int,
 ) -> c_int {
-    if dst.is_null() && src.is_null() {
-        return c_int::MAX;
-    }
-    if dst.is_null()
-        || src.is_null()
-        || elem == 0
-        || dims < 1
-        || volume.is_null()
-        || dst_offs.is_null()
-        || src_offs.is_null()
-        || dst_dims.is_null()
-        || src_dims.is_null()
-    {
-        return FAIL;
-    }
-    // SAFETY: the caller's arrays of `dims` entries.
-    unsafe {
-        rect(
-            dst as usize,
-            src as usize,
-            elem,
-            dims as usize,
-            volume,
-            dst_offs,
-            src_offs,
-            dst_dims,
-            src_dims,
-            dst_dev,
-            src_dev,
-        )
-    }
+    crate::guard::call("omp_target_memcpy_rect", crate::abi::FAIL, || {
+        if dst.is_null() && src.is_null() {
+            return c_int::MAX;
+        }
+        if dst.is_null()
+            || src.is_null()
+            || elem == 0
+            || dims < 1
+            || volume.is_null()
+            || dst_offs.is_null()
+            || src_offs.is_null()
+            || dst_dims.is_null()
+            || src_dims.is_null()
+        {
+            return FAIL;
+        }
+        // SAFETY: the caller's arrays of `dims` entries.
+        unsafe {
+            rect(
+                dst as usize,
+                src as usize,
+                elem,
+                dims as usize,
+                volume,
+                dst_offs,
+                src_offs,
+                dst_dims,
+                src_dims,
+                dst_dev,
+                src_dev,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -382,11 +410,13 @@ pub unsafe extern "C" fn omp_target_memcpy_async(
     depobj_count: c_int,
     depobj_list: *mut c_void,
 ) -> c_int {
-    // SAFETY: forwarded; done before it returns, after what it depends on.
-    unsafe {
-        wait_for_depobjs(depobj_count, depobj_list);
-        omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev)
-    }
+    crate::guard::call("omp_target_memcpy_async", crate::abi::FAIL, || {
+        // SAFETY: forwarded; done before it returns, after what it depends on.
+        unsafe {
+            wait_for_depobjs(depobj_count, depobj_list);
+            omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev)
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -405,13 +435,16 @@ pub unsafe extern "C" fn omp_target_memcpy_rect_async(
     depobj_count: c_int,
     depobj_list: *mut c_void,
 ) -> c_int {
-    // SAFETY: forwarded; done before it returns, after what it depends on.
-    unsafe {
-        wait_for_depobjs(depobj_count, depobj_list);
-        omp_target_memcpy_rect(
-            dst, src, elem, dims, volume, dst_offs, src_offs, dst_dims, src_dims, dst_dev, src_dev,
-        )
-    }
+    crate::guard::call("omp_target_memcpy_rect_async", crate::abi::FAIL, || {
+        // SAFETY: forwarded; done before it returns, after what it depends on.
+        unsafe {
+            wait_for_depobjs(depobj_count, depobj_list);
+            omp_target_memcpy_rect(
+                dst, src, elem, dims, volume, dst_offs, src_offs, dst_dims, src_dims, dst_dev,
+                src_dev,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -421,21 +454,23 @@ pub unsafe extern "C" fn omp_target_memset(
     len: usize,
     dev: c_int,
 ) -> *mut c_void {
-    if ptr.is_null() || len == 0 {
-        return ptr;
-    }
-    match device(dev, "omp_target_memset") {
-        // SAFETY: the caller's `len` bytes.
-        Ok(None) => unsafe {
-            libc::memset(ptr, value, len);
-        },
-        Ok(Some(d)) => {
-            let buf = vec![value as u8; len];
-            d.submit(ptr as u64, buf.as_ptr() as usize, len as u64);
+    crate::guard::call("omp_target_memset", std::ptr::null_mut(), || {
+        if ptr.is_null() || len == 0 {
+            return ptr;
         }
-        Err(()) => {}
-    }
-    ptr
+        match device(dev, "omp_target_memset") {
+            // SAFETY: the caller's `len` bytes.
+            Ok(None) => unsafe {
+                libc::memset(ptr, value, len);
+            },
+            Ok(Some(d)) => {
+                let buf = vec![value as u8; len];
+                d.submit(ptr as u64, buf.as_ptr() as usize, len as u64);
+            }
+            Err(()) => {}
+        }
+        ptr
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -447,11 +482,13 @@ pub unsafe extern "C" fn omp_target_memset_async(
     depobj_count: c_int,
     depobj_list: *mut c_void,
 ) -> *mut c_void {
-    // SAFETY: forwarded; done before it returns, after what it depends on.
-    unsafe {
-        wait_for_depobjs(depobj_count, depobj_list);
-        omp_target_memset(ptr, value, len, dev)
-    }
+    crate::guard::call("omp_target_memset_async", std::ptr::null_mut(), || {
+        // SAFETY: forwarded; done before it returns, after what it depends on.
+        unsafe {
+            wait_for_depobjs(depobj_count, depobj_list);
+            omp_target_memset(ptr, value, len, dev)
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -462,127 +499,141 @@ pub unsafe extern "C" fn omp_target_associate_ptr(
     dev_off: usize,
     dev: c_int,
 ) -> c_int {
-    if host.is_null() || dev_ptr.is_null() || size == 0 || dev == num_devices() {
-        return FAIL;
-    }
-    let Ok(Some(d)) = device(dev, "omp_target_associate_ptr") else {
-        return FAIL;
-    };
-    let mut st = lock(&d.state);
-    let (h, tgt) = (host as usize, dev_ptr as u64 + dev_off as u64);
-    if let Some(e) = st.table.entries.get(&h) {
-        // The same association again is fine; another one is not.
-        return if e.hst_end == h + size && e.tgt_begin == tgt {
-            SUCCESS
-        } else {
-            messages::error(
-                "Not allowed to re-associate an existing host pointer with a different device pointer.",
-            );
-            FAIL
+    crate::guard::call("omp_target_associate_ptr", crate::abi::FAIL, || {
+        if host.is_null() || dev_ptr.is_null() || size == 0 || dev == num_devices() {
+            return FAIL;
+        }
+        let Ok(Some(d)) = device(dev, "omp_target_associate_ptr") else {
+            return FAIL;
         };
-    }
-    st.table.entries.insert(
-        h,
-        mapping::Entry {
-            hst_base: h,
-            hst_begin: h,
-            hst_end: h + size,
-            tgt_alloc: tgt,
-            tgt_begin: tgt,
-            dyn_ref: mapping::INF,
-            hold_ref: 0,
-            name: String::new(),
-            decl: "unknown at unknown:0:0".into(),
-            shadows: Default::default(),
-            owned: false,
-            fence: None,
-            users: Vec::new(),
-        },
-    );
-    SUCCESS
+        let mut st = lock(&d.state);
+        let (h, tgt) = (host as usize, dev_ptr as u64 + dev_off as u64);
+        if let Some(e) = st.table.entries.get(&h) {
+            // The same association again is fine; another one is not.
+            return if e.hst_end == h + size && e.tgt_begin == tgt {
+                SUCCESS
+            } else {
+                messages::error(
+                    "Not allowed to re-associate an existing host pointer with a different device pointer.",
+                );
+                FAIL
+            };
+        }
+        st.table.entries.insert(
+            h,
+            mapping::Entry {
+                hst_base: h,
+                hst_begin: h,
+                hst_end: h + size,
+                tgt_alloc: tgt,
+                tgt_begin: tgt,
+                dyn_ref: mapping::INF,
+                hold_ref: 0,
+                name: String::new(),
+                decl: "unknown at unknown:0:0".into(),
+                shadows: Default::default(),
+                owned: false,
+                fence: None,
+                users: Vec::new(),
+            },
+        );
+        SUCCESS
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: c_int) -> c_int {
-    if host.is_null() || dev == num_devices() {
-        return FAIL;
-    }
-    let Ok(Some(d)) = device(dev, "omp_target_disassociate_ptr") else {
-        return FAIL;
-    };
-    let mut st = lock(&d.state);
-    let h = host as usize;
-    match st.table.entries.get(&h) {
-        // The hold count is checked first, whatever the dynamic count (upstream's order).
-        Some(e) if e.hold_ref != 0 => {
-            messages::error(
-                "Trying to disassociate a pointer with a non-zero hold reference count",
-            );
-            FAIL
+    crate::guard::call("omp_target_disassociate_ptr", crate::abi::FAIL, || {
+        if host.is_null() || dev == num_devices() {
+            return FAIL;
         }
-        Some(e) if e.dyn_ref == mapping::INF => {
-            st.table.entries.remove(&h);
-            SUCCESS
+        let Ok(Some(d)) = device(dev, "omp_target_disassociate_ptr") else {
+            return FAIL;
+        };
+        let mut st = lock(&d.state);
+        let h = host as usize;
+        match st.table.entries.get(&h) {
+            // The hold count is checked first, whatever the dynamic count (upstream's order).
+            Some(e) if e.hold_ref != 0 => {
+                messages::error(
+                    "Trying to disassociate a pointer with a non-zero hold reference count",
+                );
+                FAIL
+            }
+            Some(e) if e.dyn_ref == mapping::INF => {
+                st.table.entries.remove(&h);
+                SUCCESS
+            }
+            Some(_) => {
+                messages::error(
+                    "Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr",
+                );
+                FAIL
+            }
+            None => {
+                messages::error("Association not found");
+                FAIL
+            }
         }
-        Some(_) => {
-            messages::error(
-                "Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr",
-            );
-            FAIL
-        }
-        None => {
-            messages::error("Association not found");
-            FAIL
-        }
-    }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn omp_get_mapped_ptr(ptr: *const c_void, dev: c_int) -> *mut c_void {
-    if ptr.is_null() {
-        return std::ptr::null_mut();
-    }
-    let n = num_devices();
-    if dev == n {
-        return ptr as *mut c_void;
-    }
-    if dev > n || dev < 0 {
-        return std::ptr::null_mut();
-    }
-    match device(dev, "omp_get_mapped_ptr") {
-        Ok(Some(d)) => {
-            let r =
-                lock(&d.state)
-                    .table
-                    .get_tgt_ptr_begin(ptr as usize, 1, false, false, false, false);
-            match r.tgt {
-                Some(t) if r.is_present => t as *mut c_void,
-                _ => std::ptr::null_mut(),
-            }
+    crate::guard::call("omp_get_mapped_ptr", std::ptr::null_mut(), || {
+        if ptr.is_null() {
+            return std::ptr::null_mut();
         }
-        _ => std::ptr::null_mut(),
-    }
+        let n = num_devices();
+        if dev == n {
+            return ptr as *mut c_void;
+        }
+        if dev > n || dev < 0 {
+            return std::ptr::null_mut();
+        }
+        match device(dev, "omp_get_mapped_ptr") {
+            Ok(Some(d)) => {
+                let r = lock(&d.state).table.get_tgt_ptr_begin(
+                    ptr as usize,
+                    1,
+                    false,
+                    false,
+                    false,
+                    false,
+                );
+                match r.tgt {
+                    Some(t) if r.is_present => t as *mut c_void,
+                    _ => std::ptr::null_mut(),
+                }
+            }
+            _ => std::ptr::null_mut(),
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ompx_dump_mapping_tables() {
-    let Some(rtl) = rtl::get() else { return };
-    rtl.dump_tables("libomptarget:0:0", true, false);
+    crate::guard::call("ompx_dump_mapping_tables", (), || {
+        let Some(rtl) = rtl::get() else { return };
+        rtl.dump_tables("libomptarget:0:0", true, false);
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_print_device_info(dev: i64) -> i32 {
-    let Some(rtl) = rtl::get() else { return 0 };
-    match rtl.device(dev.max(0) as usize) {
-        Some(d) => {
-            match d.device.info() {
-                Ok(i) => println!("Device {dev}: {} ({})", i.name, i.compute_unit_kind),
-                Err(e) => println!("Device {dev}: {e}"),
+    crate::guard::call("__tgt_print_device_info", crate::abi::FAIL, || {
+        let Some(rtl) = rtl::get() else { return 0 };
+        match rtl.device(dev.max(0) as usize) {
+            Some(d) => {
+                match d.device.info() {
+                    Ok(i) => println!("Device {dev}: {} ({})", i.name, i.compute_unit_kind),
+                    Err(e) => println!("Device {dev}: {e}"),
+                }
+                1
             }
-            1
+            None => 0,
         }
-        None => 0,
-    }
+    })
 }
 
 // Interop is not supported by the host device (upstream's host plugin refuses it too).
@@ -598,10 +649,12 @@ pub extern "C" fn __tgt_interop_init(
     _deps: *mut c_void,
     _nowait: i32,
 ) {
-    if !interop.is_null() {
-        // SAFETY: the caller's slot.
-        unsafe { *interop = std::ptr::null_mut() };
-    }
+    crate::guard::call("__tgt_interop_init", (), || {
+        if !interop.is_null() {
+            // SAFETY: the caller's slot.
+            unsafe { *interop = std::ptr::null_mut() };
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -637,11 +690,13 @@ pub unsafe extern "C" fn omp_get_interop_int(
     _id: c_int,
     err: *mut c_int,
 ) -> isize {
-    if !err.is_null() {
-        // SAFETY: the caller's slot.
-        unsafe { *err = OMP_IRC_EMPTY };
-    }
-    0
+    crate::guard::call("omp_get_interop_int", 0, || {
+        if !err.is_null() {
+            // SAFETY: the caller's slot.
+            unsafe { *err = OMP_IRC_EMPTY };
+        }
+        0
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -650,11 +705,13 @@ pub unsafe extern "C" fn omp_get_interop_ptr(
     _id: c_int,
     err: *mut c_int,
 ) -> *mut c_void {
-    if !err.is_null() {
-        // SAFETY: the caller's slot.
-        unsafe { *err = OMP_IRC_EMPTY };
-    }
-    std::ptr::null_mut()
+    crate::guard::call("omp_get_interop_ptr", std::ptr::null_mut(), || {
+        if !err.is_null() {
+            // SAFETY: the caller's slot.
+            unsafe { *err = OMP_IRC_EMPTY };
+        }
+        std::ptr::null_mut()
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -663,21 +720,27 @@ pub unsafe extern "C" fn omp_get_interop_str(
     _id: c_int,
     err: *mut c_int,
 ) -> *const c_char {
-    if !err.is_null() {
-        // SAFETY: the caller's slot.
-        unsafe { *err = OMP_IRC_EMPTY };
-    }
-    std::ptr::null()
+    crate::guard::call("omp_get_interop_str", std::ptr::null(), || {
+        if !err.is_null() {
+            // SAFETY: the caller's slot.
+            unsafe { *err = OMP_IRC_EMPTY };
+        }
+        std::ptr::null()
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omp_get_interop_name(_interop: *const c_void, _id: c_int) -> *const c_char {
-    std::ptr::null()
+    crate::guard::call("omp_get_interop_name", std::ptr::null(), || {
+        std::ptr::null()
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omp_get_interop_type_desc(_interop: *const c_void, _id: c_int) -> *const c_char {
-    std::ptr::null()
+    crate::guard::call("omp_get_interop_type_desc", std::ptr::null(), || {
+        std::ptr::null()
+    })
 }
 
 /// OMPT: no tool is connected yet (the device-side callbacks are future work).

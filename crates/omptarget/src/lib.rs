@@ -25,6 +25,7 @@
 mod abi;
 mod api;
 mod gpu;
+mod guard;
 mod mapping;
 mod messages;
 mod nowait;

@@ -317,11 +317,13 @@ fn expand_mapper(a: &MapArg) -> Vec<MapArg> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
-    if handle.is_null() {
-        return 0;
-    }
-    // SAFETY: a mapper handle (see `Components`).
-    unsafe { (*(handle as *mut Components)).len() as i64 }
+    crate::guard::call("__tgt_mapper_num_components", 0, || {
+        if handle.is_null() {
+            return 0;
+        }
+        // SAFETY: a mapper handle (see `Components`).
+        unsafe { (*(handle as *mut Components)).len() as i64 }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -333,23 +335,25 @@ pub unsafe extern "C" fn __tgt_push_mapper_component(
     ty: i64,
     name: *mut c_void,
 ) {
-    if handle.is_null() {
-        return;
-    }
-    // SAFETY: a mapper handle (see `Components`).
-    let h = unsafe { &mut *(handle as *mut Components) };
-    // SAFETY: as above.
-    if !unsafe {
-        h.push(Component {
-            base,
-            begin,
-            size,
-            ty,
-            name,
-        })
-    } {
-        messages::error("out of memory collecting a mapper's components");
-    }
+    crate::guard::call("__tgt_push_mapper_component", (), || {
+        if handle.is_null() {
+            return;
+        }
+        // SAFETY: a mapper handle (see `Components`).
+        let h = unsafe { &mut *(handle as *mut Components) };
+        // SAFETY: as above.
+        if !unsafe {
+            h.push(Component {
+                base,
+                begin,
+                size,
+                ty,
+                name,
+            })
+        } {
+            messages::error("out of memory collecting a mapper's components");
+        }
+    })
 }
 
 /// The map entries of a construct, copied out of the compiler's arrays.
@@ -398,47 +402,59 @@ unsafe fn map_args(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __tgt_register_lib(desc: *mut BinDesc) {
-    let rtl = rtl::init();
-    // SAFETY: the descriptor clang's registration code built.
-    if let Err(e) = unsafe { rtl.register(desc) } {
-        messages::error(&e);
-    }
+    crate::guard::call("__tgt_register_lib", (), || {
+        let rtl = rtl::init();
+        // SAFETY: the descriptor clang's registration code built.
+        if let Err(e) = unsafe { rtl.register(desc) } {
+            messages::error(&e);
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __tgt_unregister_lib(desc: *mut BinDesc) {
-    if let Some(rtl) = rtl::get() {
-        if messages::enabled(messages::info::DUMP_TABLE) {
-            // As upstream's unregistration does: every device, last first.
-            rtl.dump_tables("libomptarget:0:0", false, true);
+    crate::guard::call("__tgt_unregister_lib", (), || {
+        if let Some(rtl) = rtl::get() {
+            if messages::enabled(messages::info::DUMP_TABLE) {
+                // As upstream's unregistration does: every device, last first.
+                rtl.dump_tables("libomptarget:0:0", false, true);
+            }
+            rtl.unregister(desc);
         }
-        rtl.unregister(desc);
-    }
-    rtl::deinit();
+        rtl::deinit();
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_rtl_init() {
-    rtl::init();
+    crate::guard::call("__tgt_rtl_init", (), || {
+        rtl::init();
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_rtl_deinit() {
-    rtl::deinit();
+    crate::guard::call("__tgt_rtl_deinit", (), || {
+        rtl::deinit();
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_init_all_rtls() {
-    // The plugins are initialised when the runtime is made.
-    rtl::init();
-    rtl::deinit();
+    crate::guard::call("__tgt_init_all_rtls", (), || {
+        // The plugins are initialised when the runtime is made.
+        rtl::init();
+        rtl::deinit();
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_register_requires(_flags: i64) {
-    messages::error(
-        "The __tgt_register_requires function has been removed. Recompile your application.",
-    );
+    crate::guard::call("__tgt_register_requires", (), || {
+        messages::error(
+            "The __tgt_register_requires function has been removed. Recompile your application.",
+        );
+    })
 }
 
 /// `targetDataBegin` / `End` / `Update` of one data construct.
@@ -594,12 +610,14 @@ macro_rules! data_entry {
             names: *mut *mut c_void,
             mappers: *mut *mut c_void,
         ) {
-            // SAFETY: the compiler's arrays of `n` entries.
-            unsafe {
-                data_construct(
-                    $op, false, loc, dev, n, bases, begins, sizes, types, names, mappers,
-                )
-            }
+            crate::guard::call(stringify!($name), (), || {
+                // SAFETY: the compiler's arrays of `n` entries.
+                unsafe {
+                    data_construct(
+                        $op, false, loc, dev, n, bases, begins, sizes, types, names, mappers,
+                    )
+                }
+            })
         }
     };
 }
@@ -622,14 +640,16 @@ macro_rules! data_entry_nowait {
             _noalias_num: i32,
             _noalias: *mut c_void,
         ) {
-            // Upstream's `targetData<TaskAsyncInfoWrapperTy>`: queued on a GPU when the
-            // running task can be re-enqueued (`nowait`); libomp orders the dependences.
-            // SAFETY: the compiler's arrays of `n` entries.
-            unsafe {
-                data_construct(
-                    $op, true, loc, dev, n, bases, begins, sizes, types, names, mappers,
-                )
-            }
+            crate::guard::call(stringify!($name), (), || {
+                // Upstream's `targetData<TaskAsyncInfoWrapperTy>`: queued on a GPU when the
+                // running task can be re-enqueued (`nowait`); libomp orders the dependences.
+                // SAFETY: the compiler's arrays of `n` entries.
+                unsafe {
+                    data_construct(
+                        $op, true, loc, dev, n, bases, begins, sizes, types, names, mappers,
+                    )
+                }
+            })
         }
     };
 }
@@ -645,22 +665,24 @@ macro_rules! data_entry_legacy {
             sizes: *mut i64,
             types: *mut i64,
         ) {
-            // SAFETY: the compiler's arrays of `n` entries.
-            unsafe {
-                data_construct(
-                    $op,
-                    false,
-                    std::ptr::null(),
-                    dev,
-                    n,
-                    bases,
-                    begins,
-                    sizes,
-                    types,
-                    std::ptr::null(),
-                    std::ptr::null(),
-                )
-            }
+            crate::guard::call(stringify!($name), (), || {
+                // SAFETY: the compiler's arrays of `n` entries.
+                unsafe {
+                    data_construct(
+                        $op,
+                        false,
+                        std::ptr::null(),
+                        dev,
+                        n,
+                        bases,
+                        begins,
+                        sizes,
+                        types,
+                        std::ptr::null(),
+                        std::ptr::null(),
+                    )
+                }
+            })
         }
     };
 }
@@ -680,22 +702,24 @@ macro_rules! data_entry_legacy_nowait {
             _noalias_num: i32,
             _noalias: *mut c_void,
         ) {
-            // SAFETY: the compiler's arrays of `n` entries.
-            unsafe {
-                data_construct(
-                    $op,
-                    false,
-                    std::ptr::null(),
-                    dev,
-                    n,
-                    bases,
-                    begins,
-                    sizes,
-                    types,
-                    std::ptr::null(),
-                    std::ptr::null(),
-                )
-            }
+            crate::guard::call(stringify!($name), (), || {
+                // SAFETY: the compiler's arrays of `n` entries.
+                unsafe {
+                    data_construct(
+                        $op,
+                        false,
+                        std::ptr::null(),
+                        dev,
+                        n,
+                        bases,
+                        begins,
+                        sizes,
+                        types,
+                        std::ptr::null(),
+                        std::ptr::null(),
+                    )
+                }
+            })
         }
     };
 }
@@ -855,71 +879,73 @@ pub unsafe extern "C" fn __tgt_target_kernel(
     host_ptr: *mut c_void,
     args: *mut KernelArgs,
 ) -> i32 {
-    let Some(rtl) = rtl::get() else { return FAIL };
-    let Some(d) = check_device(&rtl, dev, loc) else {
-        return FAIL;
-    };
-    if args.is_null() {
-        messages::error("__tgt_target_kernel: the kernel arguments are NULL");
-        outcome(&rtl, false, loc);
-        return FAIL;
-    }
-    // SAFETY: clang's KernelArgsTy; every version starts with these fields.
-    let ka = unsafe { &*args };
-    // SAFETY: the arrays of `num_args` entries.
-    let margs = unsafe {
-        map_args(
-            ka.num_args as i32,
-            ka.arg_base_ptrs,
-            ka.arg_ptrs,
-            ka.arg_sizes,
-            ka.arg_types,
-            ka.arg_names,
-            ka.arg_mappers,
-        )
-    };
-    info_arguments("Entering OpenMP kernel", loc, &margs);
-    let _span = tracing::info_span!(target: "offload::launch", "target region",
+    crate::guard::call("__tgt_target_kernel", crate::abi::FAIL, || {
+        let Some(rtl) = rtl::get() else { return FAIL };
+        let Some(d) = check_device(&rtl, dev, loc) else {
+            return FAIL;
+        };
+        if args.is_null() {
+            messages::error("__tgt_target_kernel: the kernel arguments are NULL");
+            outcome(&rtl, false, loc);
+            return FAIL;
+        }
+        // SAFETY: clang's KernelArgsTy; every version starts with these fields.
+        let ka = unsafe { &*args };
+        // SAFETY: the arrays of `num_args` entries.
+        let margs = unsafe {
+            map_args(
+                ka.num_args as i32,
+                ka.arg_base_ptrs,
+                ka.arg_ptrs,
+                ka.arg_sizes,
+                ka.arg_types,
+                ka.arg_names,
+                ka.arg_mappers,
+            )
+        };
+        info_arguments("Entering OpenMP kernel", loc, &margs);
+        let _span = tracing::info_span!(target: "offload::launch", "target region",
         "OpenMP target region {:#x} on device {}, {} map entries", host_ptr as usize, d.id,
         margs.len())
-    .entered();
-    let begun = ompt::target_begin(ompt::Kind::Target, d.id as i64, host_ptr as usize);
-    let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
-    // Upstream's `targetKernel`: a construct without `teams` (-1) runs one team; then
-    // `upgradeKernelArgs`: before version 3 the teams and threads are the call's.
-    let (num_teams, teams_of_args) = if num_teams == -1 {
-        (1, 1)
-    } else {
-        (num_teams, ka.num_teams[0])
-    };
-    let request = if ka.version < 3 {
-        rtl::LaunchRequest {
-            version: ka.version,
-            num_teams: num_teams.max(0) as u32,
-            thread_limit: thread_limit.max(0) as u32,
-            tripcount: ka.tripcount,
-            dyn_cgroup_mem: 0,
+        .entered();
+        let begun = ompt::target_begin(ompt::Kind::Target, d.id as i64, host_ptr as usize);
+        let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
+        // Upstream's `targetKernel`: a construct without `teams` (-1) runs one team; then
+        // `upgradeKernelArgs`: before version 3 the teams and threads are the call's.
+        let (num_teams, teams_of_args) = if num_teams == -1 {
+            (1, 1)
+        } else {
+            (num_teams, ka.num_teams[0])
+        };
+        let request = if ka.version < 3 {
+            rtl::LaunchRequest {
+                version: ka.version,
+                num_teams: num_teams.max(0) as u32,
+                thread_limit: thread_limit.max(0) as u32,
+                tripcount: ka.tripcount,
+                dyn_cgroup_mem: 0,
+            }
+        } else {
+            rtl::LaunchRequest {
+                version: ka.version,
+                num_teams: teams_of_args,
+                thread_limit: ka.thread_limit[0],
+                tripcount: ka.tripcount,
+                dyn_cgroup_mem: ka.dyn_cgroup_mem,
+            }
+        };
+        // Upstream's `targetKernel<TaskAsyncInfoWrapperTy>` for a `nowait` construct.
+        let nowait = ka.version >= 2 && ka.flags & abi::KERNEL_FLAG_NOWAIT != 0;
+        let ok = nowait::construct(&d, nowait, |work| {
+            run_region(&rtl, work, host_ptr as usize, &request, &margs, &mut bases).is_ok()
+        });
+        ompt::target_end(begun);
+        if ok && messages::enabled(messages::info::DUMP_TABLE) {
+            dump_tables(&rtl, loc);
         }
-    } else {
-        rtl::LaunchRequest {
-            version: ka.version,
-            num_teams: teams_of_args,
-            thread_limit: ka.thread_limit[0],
-            tripcount: ka.tripcount,
-            dyn_cgroup_mem: ka.dyn_cgroup_mem,
-        }
-    };
-    // Upstream's `targetKernel<TaskAsyncInfoWrapperTy>` for a `nowait` construct.
-    let nowait = ka.version >= 2 && ka.flags & abi::KERNEL_FLAG_NOWAIT != 0;
-    let ok = nowait::construct(&d, nowait, |work| {
-        run_region(&rtl, work, host_ptr as usize, &request, &margs, &mut bases).is_ok()
-    });
-    ompt::target_end(begun);
-    if ok && messages::enabled(messages::info::DUMP_TABLE) {
-        dump_tables(&rtl, loc);
-    }
-    outcome(&rtl, ok, loc);
-    if ok { SUCCESS } else { FAIL }
+        outcome(&rtl, ok, loc);
+        if ok { SUCCESS } else { FAIL }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -935,8 +961,10 @@ pub unsafe extern "C" fn __tgt_target_kernel_nowait(
     _noalias_num: i32,
     _noalias: *mut c_void,
 ) -> i32 {
-    // SAFETY: as `__tgt_target_kernel`.
-    unsafe { __tgt_target_kernel(loc, dev, num_teams, thread_limit, host_ptr, args) }
+    crate::guard::call("__tgt_target_kernel_nowait", crate::abi::FAIL, || {
+        // SAFETY: as `__tgt_target_kernel`.
+        unsafe { __tgt_target_kernel(loc, dev, num_teams, thread_limit, host_ptr, args) }
+    })
 }
 
 /// The legacy entry points build a version-1 argument block.
@@ -984,23 +1012,25 @@ pub unsafe extern "C" fn __tgt_target(
     sizes: *mut i64,
     types: *mut i64,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe {
-        legacy(
-            std::ptr::null_mut(),
-            dev,
-            host_ptr,
-            n,
-            bases,
-            begins,
-            sizes,
-            types,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            -1,
-            -1,
-        )
-    }
+    crate::guard::call("__tgt_target", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe {
+            legacy(
+                std::ptr::null_mut(),
+                dev,
+                host_ptr,
+                n,
+                bases,
+                begins,
+                sizes,
+                types,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                -1,
+                -1,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1017,8 +1047,10 @@ pub unsafe extern "C" fn __tgt_target_nowait(
     _noalias_num: i32,
     _noalias: *mut c_void,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe { __tgt_target(dev, host_ptr, n, bases, begins, sizes, types) }
+    crate::guard::call("__tgt_target_nowait", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe { __tgt_target(dev, host_ptr, n, bases, begins, sizes, types) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1034,12 +1066,14 @@ pub unsafe extern "C" fn __tgt_target_mapper(
     names: *mut *mut c_void,
     mappers: *mut *mut c_void,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe {
-        legacy(
-            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, -1, -1,
-        )
-    }
+    crate::guard::call("__tgt_target_mapper", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe {
+            legacy(
+                loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, -1, -1,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1059,12 +1093,14 @@ pub unsafe extern "C" fn __tgt_target_nowait_mapper(
     _noalias_num: i32,
     _noalias: *mut c_void,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe {
-        legacy(
-            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, -1, -1,
-        )
-    }
+    crate::guard::call("__tgt_target_nowait_mapper", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe {
+            legacy(
+                loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, -1, -1,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1079,23 +1115,25 @@ pub unsafe extern "C" fn __tgt_target_teams(
     teams: i32,
     threads: i32,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe {
-        legacy(
-            std::ptr::null_mut(),
-            dev,
-            host_ptr,
-            n,
-            bases,
-            begins,
-            sizes,
-            types,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            teams,
-            threads,
-        )
-    }
+    crate::guard::call("__tgt_target_teams", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe {
+            legacy(
+                std::ptr::null_mut(),
+                dev,
+                host_ptr,
+                n,
+                bases,
+                begins,
+                sizes,
+                types,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                teams,
+                threads,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1114,12 +1152,14 @@ pub unsafe extern "C" fn __tgt_target_teams_nowait(
     _noalias_num: i32,
     _noalias: *mut c_void,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe {
-        __tgt_target_teams(
-            dev, host_ptr, n, bases, begins, sizes, types, teams, threads,
-        )
-    }
+    crate::guard::call("__tgt_target_teams_nowait", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe {
+            __tgt_target_teams(
+                dev, host_ptr, n, bases, begins, sizes, types, teams, threads,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1137,12 +1177,14 @@ pub unsafe extern "C" fn __tgt_target_teams_mapper(
     teams: i32,
     threads: i32,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe {
-        legacy(
-            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, teams, threads,
-        )
-    }
+    crate::guard::call("__tgt_target_teams_mapper", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe {
+            legacy(
+                loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, teams, threads,
+            )
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1164,12 +1206,14 @@ pub unsafe extern "C" fn __tgt_target_teams_nowait_mapper(
     _noalias_num: i32,
     _noalias: *mut c_void,
 ) -> i32 {
-    // SAFETY: forwarded.
-    unsafe {
-        legacy(
-            loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, teams, threads,
-        )
-    }
+    crate::guard::call("__tgt_target_teams_nowait_mapper", crate::abi::FAIL, || {
+        // SAFETY: forwarded.
+        unsafe {
+            legacy(
+                loc, dev, host_ptr, n, bases, begins, sizes, types, names, mappers, teams, threads,
+            )
+        }
+    })
 }
 
 /// libomp's poll of a `nowait` construct's task ([`nowait::query`]): the slot is cleared once
@@ -1177,20 +1221,22 @@ pub unsafe extern "C" fn __tgt_target_teams_nowait_mapper(
 /// ours is an error and the slot is cleared.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __tgt_target_nowait_query(handle: *mut *mut c_void) -> i32 {
-    // SAFETY: libomp's slot of the running task.
-    match unsafe { nowait::query(handle) } {
-        Ok(()) => SUCCESS,
-        // Not a handle of ours: said, and the task goes on (its slot is clear).
-        Err(nowait::QueryError::Foreign(e)) => {
-            messages::error(&e);
-            FAIL
+    crate::guard::call("__tgt_target_nowait_query", crate::abi::FAIL, || {
+        // SAFETY: libomp's slot of the running task.
+        match unsafe { nowait::query(handle) } {
+            Ok(()) => SUCCESS,
+            // Not a handle of ours: said, and the task goes on (its slot is clear).
+            Err(nowait::QueryError::Foreign(e)) => {
+                messages::error(&e);
+                FAIL
+            }
+            // The construct returned long ago: no host fallback is left, as upstream's.
+            Err(nowait::QueryError::Failed(e)) => {
+                messages::error(&e);
+                messages::fatal(1, "Error while querying the async queue for completion.")
+            }
         }
-        // The construct returned long ago: no host fallback is left, as upstream's.
-        Err(nowait::QueryError::Failed(e)) => {
-            messages::error(&e);
-            messages::fatal(1, "Error while querying the async queue for completion.")
-        }
-    }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1201,7 +1247,9 @@ pub extern "C" fn __kmpc_push_target_tripcount_mapper(_loc: *mut Ident, _dev: i6
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_set_info_flag(bits: u32) {
-    messages::set_info(bits);
+    crate::guard::call("__tgt_set_info_flag", (), || {
+        messages::set_info(bits);
+    })
 }
 
 /// Record-replay is not supported: upstream's failure code.
@@ -1214,7 +1262,11 @@ pub extern "C" fn __tgt_activate_record_replay(
     _save: bool,
     _offset: *mut u64,
 ) -> i64 {
-    FAIL as i64
+    crate::guard::call(
+        "__tgt_activate_record_replay",
+        crate::abi::FAIL as i64,
+        || FAIL as i64,
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -1231,7 +1283,7 @@ pub extern "C" fn __tgt_target_kernel_replay(
     _threads: i32,
     _loop_tripcount: u64,
 ) -> i32 {
-    FAIL
+    crate::guard::call("__tgt_target_kernel_replay", crate::abi::FAIL, || FAIL)
 }
 
 // Every export of this file under version node `VERS1.0` (`exports.map` defines the node; rustc
