@@ -1,6 +1,8 @@
-//! How the host backend's idle workers wait (`OFFLOAD_HOST_WAIT`, `OFFLOAD_HOST_SPIN_US`): a
-//! process that launched work and then does nothing burns no CPU after the spin time, unless
-//! it asked for `spin`; every policy gives the same results. Each case is a child process
+//! How the host backend's idle workers wait (`OFFLOAD_HOST_WAIT`, `OFFLOAD_HOST_SPIN_US`): once
+//! a process has launched work and does nothing, its workers go to sleep (blocked in the
+//! kernel: they burn no CPU) after the spin time, unless it asked for `spin`, where they never
+//! block; every policy gives the same results. The state is read from `/proc` (each worker
+//! thread is named `offload-host-N`), not inferred from timings. Each case is a child process
 //! (the pool is made once per process), this test binary run again with `OFFLOAD_WAIT_CHILD`.
 
 use offload::{KernelArg, LaunchDims};
@@ -8,17 +10,29 @@ use offload_tests::*;
 use std::process::Command;
 use std::time::Duration;
 
-fn cpu_seconds() -> f64 {
-    // SAFETY: rusage is plain integers, for which all zeroes is a value.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a live out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 * 1e-6;
-    t(u.ru_utime) + t(u.ru_stime)
+/// The scheduler states (`/proc/self/task/*/stat`, field 3) of the host pool's workers.
+fn worker_states() -> Vec<char> {
+    let mut states = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("offload-host-") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // "pid (comm) S ...": the state follows the last ')'.
+        if let Some(state) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+        {
+            states.push(state);
+        }
+    }
+    states
 }
 
-/// The child: 50 saxpy launches over 2 threads, checked, then half a second of doing nothing;
-/// prints the CPU time the process used meanwhile.
+/// The child: 50 saxpy launches over 2 threads, checked; then, for `spin`, 200 looks at the
+/// workers' states, printing how many found one asleep; for the others, looks until every
+/// worker is asleep (at most 20 s), printing whether they all were.
 fn child() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
@@ -54,17 +68,37 @@ fn child() {
     dy.read(&mut out).unwrap();
     let want = bytes(&x.iter().map(|v| v * 50.0).collect::<Vec<f32>>());
     assert!(out == want, "saxpy gave wrong results");
-    let before = cpu_seconds();
-    std::thread::sleep(Duration::from_millis(500));
-    println!("idle cpu ms {:.1}", (cpu_seconds() - before) * 1e3);
+    let spin = std::env::var("OFFLOAD_HOST_WAIT").as_deref() == Ok("spin");
+    let workers = worker_states().len();
+    println!("workers {workers}");
+    if spin {
+        let asleep = (0..200)
+            .filter(|_| {
+                std::thread::yield_now();
+                worker_states().iter().any(|s| *s == 'S' || *s == 'D')
+            })
+            .count();
+        println!("asleep in {asleep} of 200 looks");
+    } else {
+        // Polled, with a generous bound: the workers block once their spin time is over.
+        let all = (0..20_000).any(|_| {
+            let states = worker_states();
+            if !states.is_empty() && states.iter().all(|s| *s == 'S') {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            false
+        });
+        println!("all asleep {all}");
+    }
 }
 
-/// CPU milliseconds of an idle half second after launches, with the waiting environment `env`.
-fn idle_cpu_ms(env: &[(&str, &str)]) -> f64 {
+/// What the child printed, with the waiting environment `env`.
+fn child_says(env: &[(&str, &str)]) -> String {
     let o = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "idle_workers_burn_no_cpu_unless_asked_to_spin",
+            "idle_workers_sleep_unless_asked_to_spin",
             "--nocapture",
         ])
         .env("OFFLOAD_WAIT_CHILD", "1")
@@ -72,24 +106,26 @@ fn idle_cpu_ms(env: &[(&str, &str)]) -> f64 {
         .envs(env.iter().copied())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
         o.status.success(),
         "{env:?}: {text}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    text.lines()
-        .find_map(|l| l.strip_prefix("idle cpu ms "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{env:?}: no measurement in: {text}"))
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("workers ") && l != "workers 0"),
+        "{env:?}: no worker thread found: {text}"
+    );
+    text
 }
 
 #[test]
-fn idle_workers_burn_no_cpu_unless_asked_to_spin() {
+fn idle_workers_sleep_unless_asked_to_spin() {
     if std::env::var_os("OFFLOAD_WAIT_CHILD").is_some() {
         return child();
     }
-    // The default (auto, 2 ms of polling) and park: asleep for nearly all of the half second.
+    // The default (auto, 2 ms of polling), park, and auto with 100 us: every worker blocks.
     for env in [
         &[][..],
         &[("OFFLOAD_HOST_WAIT", "park")][..],
@@ -98,16 +134,12 @@ fn idle_workers_burn_no_cpu_unless_asked_to_spin() {
             ("OFFLOAD_HOST_SPIN_US", "100"),
         ][..],
     ] {
-        let ms = idle_cpu_ms(env);
-        assert!(ms < 40.0, "{env:?}: {ms} ms of CPU in an idle half second");
+        let text = child_says(env);
+        assert!(text.contains("all asleep true"), "{env:?}: {text}");
     }
-    // spin: the worker polls all along (a whole core where the machine has one free; at least
-    // a share of one on a busy machine).
-    let ms = idle_cpu_ms(&[("OFFLOAD_HOST_WAIT", "spin")]);
-    assert!(
-        ms > 60.0,
-        "spin: only {ms} ms of CPU in an idle half second"
-    );
+    // spin: the workers poll all along and never block.
+    let text = child_says(&[("OFFLOAD_HOST_WAIT", "spin")]);
+    assert!(text.contains("asleep in 0 of 200 looks"), "spin: {text}");
     // A bad value is refused by name, not ignored.
     let o = offload(
         &["info"],

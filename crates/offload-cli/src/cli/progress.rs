@@ -1,15 +1,15 @@
 //! A one-line progress indicator on stderr for long work (a compile, a container's unpacking,
-//! a disk-cache prune) that has run for more than a second: what is being done and for how
-//! long, redrawn every 100 ms and erased when the work ends. Only when stderr is a terminal
-//! and the command is not printing JSON.
+//! a disk-cache prune) that has run for more than a second (`OFFLOAD_PROGRESS_AFTER_MS`, 0 to
+//! 3600000): what is being done and for how long, redrawn every 100 ms and erased when the work
+//! ends. Only when stderr is a terminal and the command is not printing JSON.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Shown after this long.
-const AFTER: Duration = Duration::from_secs(1);
+/// Shown after this long by default.
+const AFTER_MS: u32 = 1000;
 
 /// Draws while alive.
 #[derive(Debug)]
@@ -23,6 +23,18 @@ pub fn start(json: bool) -> Option<Progress> {
     if json || !std::io::stderr().is_terminal() {
         return None;
     }
+    let after = match offload_core::env::u32_in_range(
+        &["OFFLOAD_PROGRESS_AFTER_MS"],
+        0,
+        3_600_000,
+        AFTER_MS,
+    ) {
+        Ok(ms) => Duration::from_millis(ms.into()),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "offload: warning: {e}; using {AFTER_MS}");
+            Duration::from_millis(AFTER_MS.into())
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let thread = std::thread::Builder::new()
@@ -32,9 +44,11 @@ pub fn start(json: bool) -> Option<Progress> {
             let mut drawn = false;
             let mut n = 0usize;
             while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(
+                    Duration::from_millis(100).min(after.max(Duration::from_millis(10))),
+                );
                 match offload_core::diag::current_activity() {
-                    Some((what, elapsed)) if elapsed >= AFTER => {
+                    Some((what, elapsed)) if elapsed >= after => {
                         let line = format!(
                             "\r\x1b[K{} {} ({:.1} s)",
                             frames[n % frames.len()],
