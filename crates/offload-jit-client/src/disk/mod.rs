@@ -810,15 +810,30 @@ mod tests {
         let compiles = AtomicU32::new(0);
         let a = DiskCache::new(config(&d));
         let b = DiskCache::new(config(&d));
-        let compile = || {
+        // Ordered by events, not by sleeps: A's compile starts (A holds the lock), then B
+        // starts and finds the lock busy, then A's compile ends.
+        let (locked, started) = std::sync::mpsc::channel();
+        let compile_a = || {
             compiles.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(300));
+            locked.send(()).unwrap();
+            let waited = (0..200_000).any(|_| {
+                std::thread::yield_now();
+                b.stats().lock_waits == 1
+            }) || (0..2_000).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                b.stats().lock_waits == 1
+            });
+            assert!(waited, "the second requester never waited for the lock");
+            Ok::<_, ()>(output(3))
+        };
+        let compile_b = || {
+            compiles.fetch_add(1, Ordering::SeqCst);
             Ok::<_, ()>(output(3))
         };
         let (ra, rb) = std::thread::scope(|s| {
-            let ta = s.spawn(|| a.get_or_compile(&key(3), "", compile).unwrap());
-            std::thread::sleep(Duration::from_millis(50));
-            let tb = s.spawn(|| b.get_or_compile(&key(3), "", compile).unwrap());
+            let ta = s.spawn(|| a.get_or_compile(&key(3), "", compile_a).unwrap());
+            started.recv().unwrap();
+            let tb = s.spawn(|| b.get_or_compile(&key(3), "", compile_b).unwrap());
             (ta.join().unwrap(), tb.join().unwrap())
         });
         assert_eq!(compiles.load(Ordering::SeqCst), 1);
@@ -848,12 +863,23 @@ mod tests {
         lines[2] = "4194303"; // above any pid_max default: no such process
         let contents = format!("{LOCK_MAGIC}\n{}\n", lines.join("\n"));
         std::fs::write(cache.lock_path(&key(4)), contents).unwrap();
-        let t = Instant::now();
-        let (out, from_disk) = cache
-            .get_or_compile(&key(4), "", || Ok::<_, ()>(output(4)))
-            .unwrap();
+        // Broken because its holder is gone, not because it went stale: with an hour's
+        // staleness, waiting for it would outlast the minute this test gives it.
+        let cache = cache.with_stale_after(Duration::from_secs(3600));
+        let (done, result) = std::sync::mpsc::channel();
+        let (out, from_disk) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _ = done.send(
+                    cache
+                        .get_or_compile(&key(4), "", || Ok::<_, ()>(output(4)))
+                        .unwrap(),
+                );
+            });
+            result
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the dead holder's lock was not broken at once")
+        });
         assert!(!from_disk && same(&out, &output(4)));
-        assert!(t.elapsed() < STALE_AFTER / 2, "{:?}", t.elapsed());
         assert_eq!(cache.stats().locks_broken, 1);
         assert!(!cache.lock_path(&key(4)).exists());
         let _ = std::fs::remove_dir_all(&d);
@@ -889,9 +915,15 @@ mod tests {
             std::thread::sleep(stale * 4);
             Ok::<_, ()>(output(6))
         };
+        let (locked, started) = std::sync::mpsc::channel();
+        let slow_a = || {
+            locked.send(()).unwrap();
+            slow()
+        };
         std::thread::scope(|s| {
-            let ta = s.spawn(|| a.get_or_compile(&key(6), "", slow).unwrap());
-            std::thread::sleep(Duration::from_millis(30));
+            let ta = s.spawn(|| a.get_or_compile(&key(6), "", slow_a).unwrap());
+            // B starts once A holds the lock (its compile has begun).
+            started.recv().unwrap();
             let tb = s.spawn(|| b.get_or_compile(&key(6), "", slow).unwrap());
             assert!(!ta.join().unwrap().1);
             assert!(tb.join().unwrap().1, "the waiter reads the holder's entry");
