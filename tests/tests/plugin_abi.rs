@@ -526,7 +526,7 @@ fn a_failed_queue_reports_its_error_and_refuses_work_until_recreated() {
     raw.launch(fill.handle(), &dims, &args, Some(q2)).unwrap();
     raw.queue_synchronize(q2).unwrap();
     let mut out = vec![0u8; 16];
-    buf.read(&mut out).unwrap();
+    buf.slice(..16).unwrap().read(&mut out).unwrap();
     assert_eq!(&out[..4], &9u32.to_le_bytes());
     raw.queue_destroy(q2).unwrap();
 }

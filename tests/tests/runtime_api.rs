@@ -417,17 +417,29 @@ fn typed_buffers_carry_their_element_type_and_length() {
             .enumerate()
             .all(|(i, v)| *v == 2.0 * i as f32 + 1.0)
     );
-    // Lengths: a longer write or read is an error naming both sizes.
-    let e = dy.write(&[0.0; 1001]).unwrap_err().to_string();
-    assert!(
-        e.contains("write of 1001 elements (4004 bytes) does not fit a buffer of 1000 elements of f32 (4000 bytes)"),
-        "{e}"
-    );
-    let mut big = vec![0.0f32; 1001];
-    assert!(dy.read(&mut big).is_err());
+    // Lengths: a write or read of another length, longer or shorter, is an error naming both
+    // sizes (as copy_from_slice refuses it); a part goes through a view of that part.
+    for len in [1001, 999, 0] {
+        let e = dy.write(&vec![0.0; len]).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "write of {len} elements ({} bytes) against a buffer or view of 1000 elements of \
+                 f32 (4000 bytes)",
+                len * 4
+            )) && e.contains("the lengths must be equal"),
+            "{e}"
+        );
+        let mut other = vec![0.0f32; len];
+        assert!(dy.read(&mut other).is_err());
+    }
     let mut head = [0.0f32; 3];
-    dy.read(&mut head).unwrap();
+    dy.slice(..3).unwrap().read(&mut head).unwrap();
     assert_eq!(head, [1.0, 3.0, 5.0]);
+    dy.slice(997..).unwrap().write(&[7.0; 3]).unwrap();
+    assert_eq!(
+        dy.to_vec().unwrap()[996..],
+        [2.0 * 996.0 + 1.0, 7.0, 7.0, 7.0]
+    );
     // fill in more than one chunk of host memory, of a wider type.
     let big = device.alloc::<f64>(300_000).unwrap();
     big.fill(-2.5).unwrap();

@@ -169,12 +169,14 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Ok(self.view().slice(range)?.into_mut())
     }
 
-    /// Copies `data` to the start of the buffer (an error if it is longer).
+    /// Copies `data` into the buffer (an error unless their lengths are equal; a part of the
+    /// buffer is written through `slice(..n)`).
     pub fn write(&self, data: &[T]) -> Result<()> {
         self.view().write(data)
     }
 
-    /// Copies the start of the buffer into `out` (an error if it is longer).
+    /// Copies the buffer into `out` (an error unless their lengths are equal; a part of the
+    /// buffer is read through `slice(..n)`).
     pub fn read(&self, out: &mut [T]) -> Result<()> {
         self.view().read(out)
     }
@@ -382,10 +384,13 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
     }
 
     pub(crate) fn check_len(&self, len: usize, what: &str) -> Result<()> {
-        if len > self.len {
+        // Rust's rule for copies between slices (`copy_from_slice`): the lengths are equal. A
+        // part of the buffer is copied through a view of that part (`slice(..n)`).
+        if len != self.len {
             return Err(Error::InvalidArgument(format!(
-                "{what} of {len} elements ({} bytes) does not fit a buffer of {} elements of {} \
-                 ({} bytes) at {}",
+                "{what} of {len} elements ({} bytes) against a buffer or view of {} elements of \
+                 {} ({} bytes) at {}: the lengths must be equal (as for copy_from_slice); copy a \
+                 part through a view of that part (slice(..n))",
                 len * std::mem::size_of::<T>(),
                 self.len,
                 std::any::type_name::<T>(),
@@ -396,7 +401,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         Ok(())
     }
 
-    /// Copies `data` to the start of the view (an error if it is longer).
+    /// Copies `data` into the view (an error unless their lengths are equal).
     pub fn write(&self, data: &[T]) -> Result<()> {
         self.check_device_write("write")?;
         self.check_len(data.len(), "write")?;
@@ -407,7 +412,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         self.device.write(self.ptr, bytes)
     }
 
-    /// Copies the start of the view into `out` (an error if it is longer).
+    /// Copies the view into `out` (an error unless their lengths are equal).
     pub fn read(&self, out: &mut [T]) -> Result<()> {
         self.check_len(out.len(), "read")?;
         let bytes = bytes_of_mut(out);
@@ -447,7 +452,7 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         Ok(())
     }
 
-    /// Copies all of `src` (a buffer or view of the same device) to the start of this view,
+    /// Copies all of `src` (a buffer or view of the same device, of this view's length) into this view,
     /// on the device. Overlapping ranges (two views of one buffer) copy as `memmove` does on the
     /// host backend; GPU backends do not promise that yet (issue 20), so avoid overlapping
     /// device copies there.

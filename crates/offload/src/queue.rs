@@ -70,8 +70,8 @@ impl Queue {
         r
     }
 
-    /// Enqueues a copy of `data` to the start of `buf` (a buffer or view; an error if it does
-    /// not fit). The queue owns `data` until it has been synchronised.
+    /// Enqueues a copy of `data` into `buf` (a buffer or view; an error unless their lengths
+    /// are equal). The queue owns `data` until it has been synchronised.
     pub fn upload<'b, T: DeviceCopy>(
         &self,
         buf: impl Into<BufferView<'b, T>>,
@@ -97,8 +97,8 @@ impl Queue {
         Ok(())
     }
 
-    /// Enqueues a device-to-device copy of all of `src` to the start of `dst` (buffers or
-    /// views).
+    /// Enqueues a device-to-device copy of `src` into `dst` (buffers or views of equal
+    /// lengths).
     pub fn copy<'d, 's, T: DeviceCopy>(
         &self,
         dst: impl Into<BufferView<'d, T>>,
@@ -253,8 +253,8 @@ impl<'scope> QueueScope<'scope, '_> {
         self.queue
     }
 
-    /// Enqueues a copy of `src` to the start of `dst` (a buffer or view; an error if it does
-    /// not fit); `src` stays borrowed until the scope's end.
+    /// Enqueues a copy of `src` into `dst` (a buffer or view; an error unless their lengths
+    /// are equal); `src` stays borrowed until the scope's end.
     pub fn write<T: DeviceCopy>(
         &'scope self,
         dst: impl Into<BufferView<'scope, T>>,
@@ -277,8 +277,8 @@ impl<'scope> QueueScope<'scope, '_> {
         }
     }
 
-    /// Enqueues a copy of the start of `src` (a buffer or view) into `dst`, which stays
-    /// borrowed until the scope's end (an error if `dst` is longer than `src`).
+    /// Enqueues a copy of `src` (a buffer or view) into `dst`, which stays borrowed until the
+    /// scope's end (an error unless their lengths are equal).
     pub fn read<T: DeviceCopy>(
         &'scope self,
         dst: &'scope mut [T],
@@ -300,7 +300,7 @@ impl<'scope> QueueScope<'scope, '_> {
         }
     }
 
-    /// Enqueues a device-to-device copy of all of `src` to the start of `dst`.
+    /// Enqueues a device-to-device copy of `src` into `dst` (of equal lengths).
     pub fn copy<T: DeviceCopy>(
         &'scope self,
         dst: impl Into<BufferView<'scope, T>>,
