@@ -129,6 +129,94 @@ fn the_library_has_llvm_19s_name_and_exports() {
     }
 }
 
+/// The library's environment is a front door too: seeded random values of its variables
+/// (numbers in and out of range, negative, huge, junk, empty) never crash the program; a bad
+/// value is named in a message (variable and value) and the program runs on with the default.
+#[test]
+fn random_values_of_the_librarys_variables_run_or_are_named() {
+    let lib = library_dir();
+    let program = build("smoke", &lib, &[], "ours");
+    let out = run(&program, &[("OFFLOAD_OMP_HOST_DEVICES", "abc")]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(
+        out.status.success() && text.contains("devices 4"),
+        "{text}{err}"
+    );
+    assert!(
+        err.contains("OFFLOAD_OMP_HOST_DEVICES='abc' is not valid") && err.contains("using 4"),
+        "{err}"
+    );
+    let seed: u64 = std::env::var("OFFLOAD_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x0e7a);
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let names = [
+        "OFFLOAD_OMP_HOST_DEVICES",
+        "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD",
+        "LIBOMPTARGET_QUERY_COUNT_MAX",
+        "LIBOMPTARGET_QUERY_COUNT_THRESHOLD",
+        "LIBOMPTARGET_QUERY_COUNT_BACKOFF_FACTOR",
+        "OMP_NUM_TEAMS",
+        "OMP_TEAMS_THREAD_LIMIT",
+        "LIBOMPTARGET_SHARED_MEMORY_SIZE",
+        "LIBOMPTARGET_HEAP_SIZE",
+        "LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT",
+        "OFFLOAD_INFO",
+        "LIBOMPTARGET_INFO",
+    ];
+    let values = [
+        "0",
+        "1",
+        "3",
+        "64",
+        "65",
+        "-1",
+        "1e3",
+        "0.5",
+        "nan",
+        "18446744073709551616",
+        "4K",
+        "x",
+        "",
+        " 2 ",
+        "true",
+        "ON",
+        "\u{e9}t\u{e9}",
+    ];
+    for trial in 0..16 {
+        let name = names[next() as usize % names.len()];
+        let value = values[next() as usize % values.len()];
+        let out = run(&program, &[(name, value)]);
+        let (text, err) = (stdout(&out), stderr(&out));
+        let what = format!("seed {seed:#x} trial {trial}: {name}='{value}'");
+        // Ends on its own (never a signal), and runs its regions, or stops with one named
+        // error (a diagnostics variable the runtime refuses before any region).
+        assert!(
+            out.status.code().is_some(),
+            "{what}: {:?}\n{err}",
+            out.status
+        );
+        if !out.status.success() {
+            assert!(
+                err.contains(name),
+                "{what}: failed without naming it:\n{text}{err}"
+            );
+            continue;
+        }
+        assert!(text.contains("ok offloaded"), "{what}:\n{text}{err}");
+        for line in err.lines().filter(|l| l.contains("is not valid")) {
+            assert!(line.contains(name), "{what}: {line}");
+        }
+    }
+}
+
 #[test]
 fn openmp_programs_run_their_target_regions_on_the_host_plugin() {
     let lib = library_dir();

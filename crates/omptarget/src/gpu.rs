@@ -185,7 +185,13 @@ fn read<T: std::str::FromStr>(name: &str, expected: &str, valid: impl Fn(&T) -> 
 }
 
 fn boolean(name: &str) -> Option<bool> {
-    let v = std::env::var(name).ok()?;
+    let v = match offload_core::env::raw(&[name]) {
+        Ok(v) => v?.1,
+        Err(e) => {
+            crate::messages::error(&format!("{e}; ignored"));
+            return None;
+        }
+    };
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Some(true),
         "0" | "false" | "off" | "no" => Some(false),

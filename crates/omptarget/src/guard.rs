@@ -12,8 +12,13 @@ use std::sync::OnceLock;
 /// The entry point a debug build panics in (`OFFLOAD_OMP_PANIC_IN`).
 fn injected() -> Option<&'static str> {
     static AT: OnceLock<Option<String>> = OnceLock::new();
-    AT.get_or_init(|| std::env::var("OFFLOAD_OMP_PANIC_IN").ok())
-        .as_deref()
+    AT.get_or_init(|| {
+        offload_core::env::raw(&["OFFLOAD_OMP_PANIC_IN"])
+            .ok()
+            .flatten()
+            .map(|(_, v)| v)
+    })
+    .as_deref()
 }
 
 /// Runs the body of entry point `entry`; a panic in it is `fail`, after a message.

@@ -342,11 +342,17 @@ struct Backoff {
 }
 
 fn env_number(name: &str, default: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .unwrap_or(default)
+    match offload_core::env::parsed::<f64>(
+        &[name],
+        |v| v.is_finite() && *v >= 0.0,
+        "a number of 0 or more",
+    ) {
+        Ok(v) => v.unwrap_or(default),
+        Err(e) => {
+            messages::error(&format!("{e}; using {default}"));
+            default
+        }
+    }
 }
 
 fn backoff_settings() -> (f64, f64, f64) {

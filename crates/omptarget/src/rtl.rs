@@ -445,17 +445,17 @@ struct Global {
 static GLOBAL: Mutex<Global> = Mutex::new(Global { refs: 0, rtl: None });
 
 fn host_devices() -> usize {
-    match std::env::var("OFFLOAD_OMP_HOST_DEVICES") {
-        Err(_) => DEFAULT_HOST_DEVICES,
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n <= 64 => n,
-            _ => {
-                messages::error(&format!(
-                    "environment variable OFFLOAD_OMP_HOST_DEVICES='{v}' is not valid: expected a number from 0 to 64; using {DEFAULT_HOST_DEVICES}"
-                ));
-                DEFAULT_HOST_DEVICES
-            }
-        },
+    match offload_core::env::u32_in_range(
+        &["OFFLOAD_OMP_HOST_DEVICES"],
+        0,
+        64,
+        DEFAULT_HOST_DEVICES as u32,
+    ) {
+        Ok(n) => n as usize,
+        Err(e) => {
+            messages::error(&format!("{e}; using {DEFAULT_HOST_DEVICES}"));
+            DEFAULT_HOST_DEVICES
+        }
     }
 }
 
@@ -466,7 +466,7 @@ fn make_rtl() -> Rtl {
     // reported by `init_from_env`.
     let _ = offload::diagnostics::init_with(|| {
         let mut s = offload::diagnostics::Settings::from_env()?;
-        if std::env::var_os("OFFLOAD_INFO").is_none() {
+        if offload_core::env::raw(&["OFFLOAD_INFO"])?.is_none() {
             s.info = 0;
         }
         Ok(s)

@@ -30,9 +30,12 @@ pub fn policy(rtl: &Rtl) -> Policy {
     *POLICY.get_or_init(|| {
         let f = libomp_symbol(c"__kmpc_get_target_offload");
         let raw = if f.is_null() {
-            match std::env::var("OMP_TARGET_OFFLOAD")
+            // Without libomp's parse (a libomp older than LLVM 13): the variable as it says.
+            match offload_core::env::raw(&["OMP_TARGET_OFFLOAD"])
+                .ok()
+                .flatten()
+                .map(|(_, v)| v.trim().to_ascii_lowercase())
                 .unwrap_or_default()
-                .to_ascii_lowercase()
                 .as_str()
             {
                 "disabled" => 0,

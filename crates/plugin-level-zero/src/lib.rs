@@ -187,9 +187,11 @@ impl Backend for LevelZeroBackend {
         }
         out.push((
             "drivers".into(),
-            std::env::var("ZE_ENABLE_ALT_DRIVERS")
-                .map(|d| format!("{d} (ZE_ENABLE_ALT_DRIVERS)"))
-                .unwrap_or_else(|_| ze::DEFAULT_DRIVER.to_string()),
+            offload_core::env::raw(&["ZE_ENABLE_ALT_DRIVERS"])
+                .ok()
+                .flatten()
+                .map(|(_, d)| format!("{d} (ZE_ENABLE_ALT_DRIVERS)"))
+                .unwrap_or_else(|| ze::DEFAULT_DRIVER.to_string()),
         ));
         out.push((
             "bitcode".into(),

@@ -624,7 +624,10 @@ impl Ze {
         let mut count = 0usize;
         // SAFETY: a count query; it reads nothing of the loader's drivers.
         let components = unsafe { self.zelLoaderGetVersions(&mut count, std::ptr::null_mut()) };
-        let alt = std::env::var("ZE_ENABLE_ALT_DRIVERS").ok();
+        let alt = offload_core::env::raw(&["ZE_ENABLE_ALT_DRIVERS"])
+            .ok()
+            .flatten()
+            .map(|(_, v)| v);
         let drivers = alt.clone().unwrap_or_else(|| DEFAULT_DRIVER.to_string());
         if components.is_ok() && count > 0 {
             return format!(

@@ -41,7 +41,11 @@ fn requirements() -> ElfRequirements<'static> {
 }
 
 fn mode() -> String {
-    std::env::var("OFFLOAD_TESTDEV_MODE").unwrap_or_default()
+    offload_core::env::raw(&["OFFLOAD_TESTDEV_MODE"])
+        .ok()
+        .flatten()
+        .map(|(_, v)| v)
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Default)]
