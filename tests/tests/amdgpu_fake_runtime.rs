@@ -136,12 +136,14 @@ fn info_shows_the_processor_its_features_and_limits() {
     let amd = plugin_json(&json, "amdgpu");
     assert_eq!(amd["status"], "no-devices");
     let reason = amd["reason"].as_str().unwrap();
-    if !Path::new("/dev/kfd").exists() {
-        assert!(
-            reason.contains("found no AMD GPU: /dev/kfd does not exist"),
-            "{reason}"
-        );
-    }
+    // Without /dev/kfd the reason is the missing driver; with it (an AMD machine), the
+    // runtime's failed initialisation. Each machine checks its own case.
+    let want = if Path::new("/dev/kfd").exists() {
+        "failed to initialise ("
+    } else {
+        "found no AMD GPU: /dev/kfd does not exist"
+    };
+    assert!(reason.contains(want), "{reason}");
 }
 
 fn dispatches(lines: &[String]) -> Vec<String> {

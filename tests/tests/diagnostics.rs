@@ -296,8 +296,8 @@ fn slow_module() -> PathBuf {
     let c = dir.join("slow.c");
     let bc = dir.join("slow.bc");
     // A compile of a good fraction of a second here (150 functions took 1.3 s on the 2-core
-    // VM): the test shows the line from the start (`OFFLOAD_PROGRESS_AFTER_MS=0`, redrawn every
-    // 10 ms), so a machine many times faster still draws it.
+    // VM): the test shows the line from the start (`OFFLOAD_PROGRESS_AFTER_MS=0`, looked for
+    // every 10 ms), so a machine many times faster still draws it.
     let n = 150;
     let mut src = String::from("#include \"offload_kernel.h\"\n");
     for i in 0..n {
@@ -348,7 +348,7 @@ fn long_compiles_show_a_progress_line_on_a_terminal_only() {
         "-o",
         out.to_str().unwrap(),
     ];
-    // Shown from the start (OFFLOAD_PROGRESS_AFTER_MS=0, redrawn every 10 ms), so the test
+    // Shown from the start (OFFLOAD_PROGRESS_AFTER_MS=0, looked for every 10 ms), so the test
     // does not depend on how long the compile takes on this machine.
     let (status, tty) = on_a_terminal(&args);
     assert!(status.success(), "{tty}");

@@ -10,6 +10,35 @@ use offload_tests::*;
 use std::process::Command;
 use std::time::Duration;
 
+/// The host pool's worker threads (`/proc/self/task/<tid>`, named `offload-host-N`).
+fn workers() -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .map(|t| t.path())
+        .filter(|t| {
+            std::fs::read_to_string(t.join("comm"))
+                .unwrap_or_default()
+                .starts_with("offload-host-")
+        })
+        .collect()
+}
+
+/// How many times each worker has blocked and been woken (`voluntary_ctxt_switches`).
+fn wakeups() -> Vec<u64> {
+    workers()
+        .iter()
+        .map(|t| {
+            std::fs::read_to_string(t.join("status"))
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("voluntary_ctxt_switches in /proc/<tid>/status")
+        })
+        .collect()
+}
+
 /// The scheduler states (`/proc/self/task/*/stat`, field 3) of the host pool's workers.
 fn worker_states() -> Vec<char> {
     let mut states = Vec::new();
@@ -90,6 +119,13 @@ fn child() {
             false
         });
         println!("all asleep {all}");
+        // And they stay asleep: no worker wakes while nothing is launched (a worker that woke
+        // to poll again would count a switch each time it blocked again).
+        let before = wakeups();
+        std::thread::sleep(Duration::from_millis(200));
+        let after = wakeups();
+        let woke: u64 = before.iter().zip(&after).map(|(b, a)| a - b).sum();
+        println!("woke {woke} times while idle");
     }
 }
 
@@ -135,7 +171,10 @@ fn idle_workers_sleep_unless_asked_to_spin() {
         ][..],
     ] {
         let text = child_says(env);
-        assert!(text.contains("all asleep true"), "{env:?}: {text}");
+        assert!(
+            text.contains("all asleep true") && text.contains("woke 0 times while idle"),
+            "{env:?}: {text}"
+        );
     }
     // spin: the workers poll all along and never block.
     let text = child_says(&[("OFFLOAD_HOST_WAIT", "spin")]);

@@ -190,6 +190,22 @@ fn random_values_of_the_librarys_variables_run_or_are_named() {
         "ON",
         "\u{e9}t\u{e9}",
     ];
+    // Read on every run of this host program: a value that is no number and no mask must be
+    // named (the others are read only on a GPU or at a nowait query).
+    let read_here = [
+        "OFFLOAD_OMP_HOST_DEVICES",
+        "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD",
+        "OFFLOAD_INFO",
+        "LIBOMPTARGET_INFO",
+    ];
+    for name in read_here {
+        let out = run(&program, &[(name, "x")]);
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(
+            all.contains(&format!("{name}='x'")) || all.contains(&format!("{name}=x")),
+            "{name}='x' was not named:\n{all}"
+        );
+    }
     for trial in 0..16 {
         let name = names[next() as usize % names.len()];
         let value = values[next() as usize % values.len()];
@@ -678,8 +694,9 @@ int main(void) {
 
 /// A panic in the library never unwinds into the program's C frames: the entry point returns
 /// upstream's failure value with a message naming it, and the program goes on (the debug
-/// build's `OFFLOAD_OMP_PANIC_IN` makes the named entry point panic). A target region whose
-/// `__tgt_target_kernel` fails runs on the host, as the compiler's code does with any failure.
+/// build's `OFFLOAD_OMP_PANIC_IN` makes the named entry point panic). A target construct that
+/// panics is a failed construct: with devices the policy is mandatory, so it ends in upstream's
+/// fatal error (never a silent run on the host, nor a second run after a late panic).
 #[test]
 fn a_panic_in_the_library_is_a_failure_return_not_an_unwind_into_c() {
     let lib = library_dir();
@@ -718,10 +735,19 @@ int main(void) {
         stdout(&baseline),
         stderr(&baseline)
     );
+    let out = run(&program, &[("OFFLOAD_OMP_PANIC_IN", "__tgt_target_kernel")]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{}{err}", stdout(&out));
+    assert!(
+        err.contains("__tgt_target_kernel: internal error, the call failed")
+            && err.contains(
+                "omptarget fatal error 1: failure of target construct while offloading is mandatory"
+            ),
+        "{err}"
+    );
     for (entry, want) in [
         ("omp_get_num_devices", "devices 0 alloc ok x 42 host 0"),
         ("omp_target_alloc", "devices 4 alloc null x 42 host 0"),
-        ("__tgt_target_kernel", "devices 4 alloc ok x 42 host 1"),
     ] {
         let out = run(&program, &[("OFFLOAD_OMP_PANIC_IN", entry)]);
         let (text, err) = (stdout(&out), stderr(&out));

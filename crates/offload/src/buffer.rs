@@ -191,8 +191,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.view().fill(value)
     }
 
-    /// Copies all of `src` (a buffer or view of the same device) to the start of this one, on
-    /// the device.
+    /// Copies all of `src` (a buffer or view of the same device, of this buffer's length) into
+    /// this one, on the device.
     pub fn copy_from<'s>(&self, src: impl Into<BufferView<'s, T>>) -> Result<()> {
         self.view().copy_from(src)
     }

@@ -454,7 +454,8 @@ pub unsafe extern "C" fn omp_target_memset(
     len: usize,
     dev: c_int,
 ) -> *mut c_void {
-    crate::guard::call("omp_target_memset", std::ptr::null_mut(), || {
+    // `ptr` whatever happens, as upstream's.
+    crate::guard::call("omp_target_memset", ptr, || {
         if ptr.is_null() || len == 0 {
             return ptr;
         }
@@ -482,7 +483,7 @@ pub unsafe extern "C" fn omp_target_memset_async(
     depobj_count: c_int,
     depobj_list: *mut c_void,
 ) -> *mut c_void {
-    crate::guard::call("omp_target_memset_async", std::ptr::null_mut(), || {
+    crate::guard::call("omp_target_memset_async", ptr, || {
         // SAFETY: forwarded; done before it returns, after what it depends on.
         unsafe {
             wait_for_depobjs(depobj_count, depobj_list);
@@ -621,7 +622,8 @@ pub extern "C" fn ompx_dump_mapping_tables() {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __tgt_print_device_info(dev: i64) -> i32 {
-    crate::guard::call("__tgt_print_device_info", crate::abi::FAIL, || {
+    // Upstream's result is a boolean (0: not printed).
+    crate::guard::call("__tgt_print_device_info", 0, || {
         let Some(rtl) = rtl::get() else { return 0 };
         match rtl.device(dev.max(0) as usize) {
             Some(d) => {

@@ -23,6 +23,32 @@ fn injected() -> Option<&'static str> {
 
 /// Runs the body of entry point `entry`; a panic in it is `fail`, after a message.
 pub fn call<T>(entry: &str, fail: T, body: impl FnOnce() -> T) -> T {
+    call_or(entry, || fail, body)
+}
+
+/// [`call`] for a target or data construct: a panic is a failed construct, decided by the
+/// offload policy as any failure is (under MANDATORY, upstream's fatal error; it never runs the
+/// region a second time on the host after a panic late in the construct).
+pub fn construct<T>(
+    entry: &str,
+    loc: *const crate::abi::Ident,
+    fail: T,
+    body: impl FnOnce() -> T,
+) -> T {
+    call_or(
+        entry,
+        || {
+            if let Some(rtl) = crate::rtl::get() {
+                crate::target::outcome(&rtl, false, loc);
+            }
+            fail
+        },
+        body,
+    )
+}
+
+/// [`call`] with the failure made by `fail` (after the message).
+pub fn call_or<T>(entry: &str, fail: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {
     let body = || {
         if cfg!(debug_assertions) && injected() == Some(entry) {
             panic!("injected by OFFLOAD_OMP_PANIC_IN");
@@ -35,7 +61,7 @@ pub fn call<T>(entry: &str, fail: T, body: impl FnOnce() -> T) -> T {
             messages::error(&format!(
                 "{entry}: internal error, the call failed (a panic in libomptarget: {panic})"
             ));
-            fail
+            fail()
         }
     }
 }

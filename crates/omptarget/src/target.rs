@@ -613,7 +613,7 @@ macro_rules! data_entry {
             names: *mut *mut c_void,
             mappers: *mut *mut c_void,
         ) {
-            crate::guard::call(stringify!($name), (), || {
+            crate::guard::construct(stringify!($name), loc, (), || {
                 // SAFETY: the compiler's arrays of `n` entries.
                 unsafe {
                     data_construct(
@@ -643,7 +643,7 @@ macro_rules! data_entry_nowait {
             _noalias_num: i32,
             _noalias: *mut c_void,
         ) {
-            crate::guard::call(stringify!($name), (), || {
+            crate::guard::construct(stringify!($name), loc, (), || {
                 // Upstream's `targetData<TaskAsyncInfoWrapperTy>`: queued on a GPU when the
                 // running task can be re-enqueued (`nowait`); libomp orders the dependences.
                 // SAFETY: the compiler's arrays of `n` entries.
@@ -668,7 +668,7 @@ macro_rules! data_entry_legacy {
             sizes: *mut i64,
             types: *mut i64,
         ) {
-            crate::guard::call(stringify!($name), (), || {
+            crate::guard::construct(stringify!($name), std::ptr::null(), (), || {
                 // SAFETY: the compiler's arrays of `n` entries.
                 unsafe {
                     data_construct(
@@ -705,7 +705,7 @@ macro_rules! data_entry_legacy_nowait {
             _noalias_num: i32,
             _noalias: *mut c_void,
         ) {
-            crate::guard::call(stringify!($name), (), || {
+            crate::guard::construct(stringify!($name), std::ptr::null(), (), || {
                 // SAFETY: the compiler's arrays of `n` entries.
                 unsafe {
                     data_construct(
@@ -882,7 +882,7 @@ pub unsafe extern "C" fn __tgt_target_kernel(
     host_ptr: *mut c_void,
     args: *mut KernelArgs,
 ) -> i32 {
-    crate::guard::call("__tgt_target_kernel", crate::abi::FAIL, || {
+    crate::guard::construct("__tgt_target_kernel", loc, crate::abi::FAIL, || {
         let Some(rtl) = rtl::get() else { return FAIL };
         let Some(d) = check_device(&rtl, dev, loc) else {
             return FAIL;

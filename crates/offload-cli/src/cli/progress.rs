@@ -44,9 +44,13 @@ pub fn start(json: bool) -> Option<Progress> {
             let mut drawn = false;
             let mut n = 0usize;
             while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(
-                    Duration::from_millis(100).min(after.max(Duration::from_millis(10))),
-                );
+                // Every 100 ms once drawn; before, no later than the delay (10 ms at least).
+                let tick = if drawn {
+                    Duration::from_millis(100)
+                } else {
+                    after.clamp(Duration::from_millis(10), Duration::from_millis(100))
+                };
+                std::thread::sleep(tick);
                 match offload_core::diag::current_activity() {
                     Some((what, elapsed)) if elapsed >= after => {
                         let line = format!(

@@ -865,20 +865,21 @@ mod tests {
         std::fs::write(cache.lock_path(&key(4)), contents).unwrap();
         // Broken because its holder is gone, not because it went stale: with an hour's
         // staleness, waiting for it would outlast the minute this test gives it.
-        let cache = cache.with_stale_after(Duration::from_secs(3600));
+        // A detached thread (not a scope): if the lock is not broken, the test fails at the
+        // deadline instead of waiting for the hour.
+        let cache = std::sync::Arc::new(cache.with_stale_after(Duration::from_secs(3600)));
         let (done, result) = std::sync::mpsc::channel();
-        let (out, from_disk) = std::thread::scope(|s| {
-            s.spawn(|| {
-                let _ = done.send(
-                    cache
-                        .get_or_compile(&key(4), "", || Ok::<_, ()>(output(4)))
-                        .unwrap(),
-                );
-            });
-            result
-                .recv_timeout(Duration::from_secs(60))
-                .expect("the dead holder's lock was not broken at once")
+        let worker = cache.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(
+                worker
+                    .get_or_compile(&key(4), "", || Ok::<_, ()>(output(4)))
+                    .unwrap(),
+            );
         });
+        let (out, from_disk) = result
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the dead holder's lock was not broken at once");
         assert!(!from_disk && same(&out, &output(4)));
         assert_eq!(cache.stats().locks_broken, 1);
         assert!(!cache.lock_path(&key(4)).exists());
