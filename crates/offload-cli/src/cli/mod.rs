@@ -45,7 +45,7 @@ impl Failure {
     name = "offload",
     version,
     about = "Load device code and run it on whatever device this machine has",
-    after_help = "Environment: OFFLOAD_PLUGIN_PATH, OFFLOAD_PLUGINS, OFFLOAD_HOST_DEVICES, OFFLOAD_HOST_THREADS, OFFLOAD_HOST_WAIT, OFFLOAD_HOST_SPIN_US, OFFLOAD_JIT_*, OFFLOAD_CACHE* (see README)."
+    after_help = "Environment: OFFLOAD_PLUGIN_PATH, OFFLOAD_PLUGINS, OFFLOAD_HOST_DEVICES, OFFLOAD_HOST_THREADS, OFFLOAD_HOST_WAIT, OFFLOAD_HOST_SPIN_US, OFFLOAD_JIT_*, OFFLOAD_CACHE* (see docs/configuration.md)."
 )]
 struct Cli {
     #[command(subcommand)]
