@@ -94,7 +94,8 @@ fn main() {
             &mut [
                 // SAFETY: `empty` takes no argument and touches no memory.
                 &mut || unsafe { program.launch(&kernel, &dims, &args) }.unwrap(),
-                &mut || raw.launch(kernel.handle(), &dims, &args, None).unwrap(),
+                // SAFETY: as above.
+                &mut || unsafe { raw.launch(kernel.handle(), &dims, &args, None) }.unwrap(),
                 &mut || kernel.launch(dims).run().unwrap(),
             ],
         );
@@ -102,8 +103,8 @@ fn main() {
             n,
             &mut [
                 &mut || {
-                    raw.launch(saxpy.handle(), &dims, &saxpy_args, None)
-                        .unwrap()
+                    // SAFETY: the buffers hold one float each, the launch's one work item.
+                    unsafe { raw.launch(saxpy.handle(), &dims, &saxpy_args, None) }.unwrap()
                 },
                 &mut || {
                     saxpy

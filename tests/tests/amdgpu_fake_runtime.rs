@@ -537,8 +537,8 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
                     KernelArg::Ptr(x),
                     KernelArg::Ptr(y),
                 ];
-                raw.launch(kernel.handle(), &dims, &args, Some(queue))
-                    .unwrap();
+                // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+                unsafe { raw.launch(kernel.handle(), &dims, &args, Some(queue)) }.unwrap();
                 raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue))
                     .unwrap();
                 let event = raw.event_create().unwrap();

@@ -1,7 +1,8 @@
 //! What the borrow checker and the typed kernels refuse at compile time (trybuild): a buffer
 //! dropped while a queued launch borrows it, host memory dropped inside the queue scope that
 //! borrows it, a buffer where a typed kernel takes an integer, a shared borrow where it
-//! writes, a view that outlives its buffer, two mutable views of one buffer in one launch.
+//! writes, a view that outlives its buffer, two mutable views of one buffer in one launch, the
+//! raw device's launch (which trusts any pointer) called from safe code.
 //! Each `tests/ui/*.rs` has the compiler's message in the `.stderr` beside it.
 
 #[test]

@@ -596,8 +596,8 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
                     KernelArg::Ptr(x),
                     KernelArg::Ptr(y),
                 ];
-                raw.launch(kernel.handle(), &dims, &args, Some(queue))
-                    .unwrap();
+                // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+                unsafe { raw.launch(kernel.handle(), &dims, &args, Some(queue)) }.unwrap();
                 raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue))
                     .unwrap();
                 let event = raw.event_create().unwrap();
@@ -871,12 +871,15 @@ fn kernels_on_two_queues_that_share_a_buffer_run_at_the_same_time() {
     let flags = raw.alloc(64, MemoryKind::Device).unwrap();
     let queues = [raw.queue_create().unwrap(), raw.queue_create().unwrap()];
     for q in queues {
-        raw.launch(
-            kernel.handle(),
-            &LaunchDims::linear(1, 32),
-            &[KernelArg::Ptr(flags)],
-            Some(q),
-        )
+        // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+        unsafe {
+            raw.launch(
+                kernel.handle(),
+                &LaunchDims::linear(1, 32),
+                &[KernelArg::Ptr(flags)],
+                Some(q),
+            )
+        }
         .unwrap();
     }
     for q in queues {

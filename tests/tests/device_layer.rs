@@ -82,8 +82,8 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
         .unwrap();
     y.write(&f32_bytes(&vec![3.0; n])).unwrap();
     let mut out = vec![0u8; n * 4];
-    raw.launch(k.handle(), &dims, &saxpy_args(n, 2.0, &x, &y), Some(q))
-        .unwrap();
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    unsafe { raw.launch(k.handle(), &dims, &saxpy_args(n, 2.0, &x, &y), Some(q)) }.unwrap();
     // SAFETY: `out` outlives the synchronize below.
     unsafe { raw.copy_from_device(out.as_mut_ptr(), y.ptr(), out.len(), Some(q)) }.unwrap();
     drop(x);
@@ -150,7 +150,8 @@ fn many_threads_launching_copying_and_freeing_at_random() {
                                 raw.copy_to_device(y.ptr(), yb.as_ptr(), yb.len(), Some(q))
                                     .unwrap();
                             }
-                            raw.launch(k.handle(), &dims, &args, Some(q)).unwrap();
+                            // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+                            unsafe { raw.launch(k.handle(), &dims, &args, Some(q)) }.unwrap();
                             // SAFETY: as above.
                             unsafe {
                                 raw.copy_from_device(out.as_mut_ptr(), y.ptr(), out.len(), Some(q))
@@ -174,7 +175,8 @@ fn many_threads_launching_copying_and_freeing_at_random() {
                             )
                             .unwrap();
                             drop(scratch);
-                            raw.launch(k.handle(), &dims, &args, Some(q)).unwrap();
+                            // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+                            unsafe { raw.launch(k.handle(), &dims, &args, Some(q)) }.unwrap();
                             // SAFETY: `out` outlives the synchronize below.
                             unsafe {
                                 raw.copy_from_device(out.as_mut_ptr(), y.ptr(), out.len(), Some(q))
@@ -230,12 +232,15 @@ fn events_order_work_across_queues_on_the_host() {
             .unwrap();
     }
     for _ in 0..4 {
-        raw.launch(
-            k.handle(),
-            &LaunchDims::linear((n / 256) as u32, 256),
-            &saxpy_args(n, 1.0, &x, &y),
-            Some(producer),
-        )
+        // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+        unsafe {
+            raw.launch(
+                k.handle(),
+                &LaunchDims::linear((n / 256) as u32, 256),
+                &saxpy_args(n, 1.0, &x, &y),
+                Some(producer),
+            )
+        }
         .unwrap();
     }
     raw.event_record(ready, producer).unwrap();

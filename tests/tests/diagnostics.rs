@@ -460,12 +460,15 @@ fn queue_operations_go_on_their_queues_tracks() {
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
     let raw = unsafe { device.raw() };
     let q = raw.queue_create().unwrap();
-    raw.launch(
-        kernel.handle(),
-        &LaunchDims::linear(2, 32),
-        &[KernelArg::Ptr(buf.ptr())],
-        Some(q),
-    )
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    unsafe {
+        raw.launch(
+            kernel.handle(),
+            &LaunchDims::linear(2, 32),
+            &[KernelArg::Ptr(buf.ptr())],
+            Some(q),
+        )
+    }
     .unwrap();
     let ev = raw.event_create().unwrap();
     raw.event_record(ev, q).unwrap();

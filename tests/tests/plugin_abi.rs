@@ -402,15 +402,17 @@ fn handles_are_bound_to_their_owner() {
         e.contains("is a kernel handle") && e.contains("not a program handle"),
         "{e}"
     );
-    let e = r0
-        .launch(
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    let e = unsafe {
+        r0.launch(
             offload::KernelHandle(a.handle().0),
             &LaunchDims::linear(1, 1),
             &[],
             None,
         )
-        .unwrap_err()
-        .to_string();
+    }
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("is a program handle"), "{e}");
     // Handles after unload, destroy and free (a `Kernel` keeps its program loaded: only its
     // handle is kept here).
@@ -422,15 +424,17 @@ fn handles_are_bound_to_their_owner() {
         e.contains("no longer valid: its program was unloaded"),
         "{e}"
     );
-    let e = r0
-        .launch(
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    let e = unsafe {
+        r0.launch(
             kb,
             &LaunchDims::linear(1, 1),
             &[KernelArg::Ptr(buf.ptr())],
             None,
         )
-        .unwrap_err()
-        .to_string();
+    }
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("no longer valid"), "{e}");
     let q = r0.queue_create().unwrap();
     r0.queue_destroy(q).unwrap();
@@ -497,10 +501,13 @@ fn a_failed_queue_reports_its_error_and_refuses_work_until_recreated() {
     let q = raw.queue_create().unwrap();
     let dims = LaunchDims::linear(1, 4);
     let args = [KernelArg::U32(9), KernelArg::Ptr(buf.ptr())];
-    raw.launch(fill.handle(), &dims, &args, Some(q)).unwrap();
-    raw.launch(panic.handle(), &dims, &[], Some(q)).unwrap();
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    unsafe { raw.launch(fill.handle(), &dims, &args, Some(q)) }.unwrap();
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    unsafe { raw.launch(panic.handle(), &dims, &[], Some(q)) }.unwrap();
     // Work submitted before the failure is known is skipped, not run on bad state.
-    let _ = raw.launch(fill.handle(), &dims, &args, Some(q));
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    let _ = unsafe { raw.launch(fill.handle(), &dims, &args, Some(q)) };
     let event = raw.event_create().unwrap();
     raw.event_record(event, q).unwrap();
     let e = raw.queue_synchronize(q).unwrap_err();
@@ -512,8 +519,8 @@ fn a_failed_queue_reports_its_error_and_refuses_work_until_recreated() {
     );
     // Sticky, and never a hang.
     assert!(raw.queue_synchronize(q).is_err());
-    let e = raw
-        .launch(fill.handle(), &dims, &args, Some(q))
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    let e = unsafe { raw.launch(fill.handle(), &dims, &args, Some(q)) }
         .unwrap_err()
         .to_string();
     assert!(e.contains("destroy it and create a new one"), "{e}");
@@ -523,7 +530,8 @@ fn a_failed_queue_reports_its_error_and_refuses_work_until_recreated() {
     // Destroying reports the failure once more; a new queue works.
     assert!(raw.queue_destroy(q).is_err());
     let q2 = raw.queue_create().unwrap();
-    raw.launch(fill.handle(), &dims, &args, Some(q2)).unwrap();
+    // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+    unsafe { raw.launch(fill.handle(), &dims, &args, Some(q2)) }.unwrap();
     raw.queue_synchronize(q2).unwrap();
     let mut out = vec![0u8; 16];
     buf.slice(..16).unwrap().read(&mut out).unwrap();

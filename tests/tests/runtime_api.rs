@@ -489,31 +489,37 @@ fn a_synchronous_read_after_queued_work_on_the_buffer_sees_that_work() {
     for round in 0..6 {
         dy.fill(round as f32).unwrap();
         for _ in 0..2 {
-            raw.launch(
-                saxpy.handle(),
-                &big_dims,
-                &[
-                    KernelArg::I32(big as i32),
-                    KernelArg::F32(1.0),
-                    bx.arg(),
-                    by.arg(),
-                ],
-                Some(queue),
-            )
+            // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+            unsafe {
+                raw.launch(
+                    saxpy.handle(),
+                    &big_dims,
+                    &[
+                        KernelArg::I32(big as i32),
+                        KernelArg::F32(1.0),
+                        bx.arg(),
+                        by.arg(),
+                    ],
+                    Some(queue),
+                )
+            }
             .unwrap();
         }
         // y = 3 * 1 + round, queued; then read at once, without synchronising the queue.
-        raw.launch(
-            saxpy.handle(),
-            &dims,
-            &[
-                KernelArg::I32(n as i32),
-                KernelArg::F32(3.0),
-                dx.arg(),
-                dy.arg(),
-            ],
-            Some(queue),
-        )
+        // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
+        unsafe {
+            raw.launch(
+                saxpy.handle(),
+                &dims,
+                &[
+                    KernelArg::I32(n as i32),
+                    KernelArg::F32(3.0),
+                    dx.arg(),
+                    dy.arg(),
+                ],
+                Some(queue),
+            )
+        }
         .unwrap();
         let mut probe = vec![0.0f32; n];
         dy.read(&mut probe).unwrap();

@@ -477,7 +477,9 @@ unsafe extern "C" fn abi_launch(
     q: u64,
     err: Err,
 ) -> i32 {
-    // SAFETY: ABI contract: `dims` points to one value, `args` to `nargs` values.
+    // SAFETY: ABI contract: `dims` points to one value, `args` to `nargs` values; the launch
+    // contract (`GenericDevice::launch`) is the caller's, the runtime's on the other side of
+    // the ABI, which makes it only from `unsafe` code or after its own checks.
     unsafe {
         guarded(ctx, err, |s| {
             if dims.is_null() {

@@ -677,7 +677,9 @@ impl GenericDevice for LoadedDevice {
         )
     }
 
-    fn launch(
+    /// # Safety
+    /// As [`GenericDevice::launch`]: the plugin's kernel runs on what the arguments point to.
+    unsafe fn launch(
         &self,
         kernel: KernelHandle,
         dims: &LaunchDims,

@@ -235,7 +235,7 @@ impl GenericDevice for CheckedDevice {
         }
         self.device.copy_device_to_device(dst, src, len, queue)
     }
-    fn launch(
+    unsafe fn launch(
         &self,
         kernel: KernelHandle,
         dims: &LaunchDims,
@@ -243,7 +243,8 @@ impl GenericDevice for CheckedDevice {
         queue: Option<QueueHandle>,
     ) -> Result<()> {
         dims.validate(&self.info_ref()?.limits)?;
-        self.device.launch(kernel, dims, args, queue)
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.device.launch(kernel, dims, args, queue) }
     }
     fn queue_create(&self) -> Result<QueueHandle> {
         self.device.queue_create()

@@ -155,7 +155,17 @@ pub trait GenericDevice: Send + Sync {
     ) -> Result<()>;
 
     /// Launches a kernel with typed arguments.
-    fn launch(
+    ///
+    /// # Safety
+    /// The kernel reads and writes memory through its arguments as its code says, and nothing
+    /// here knows how far: the caller makes sure that every pointer the arguments carry
+    /// (`KernelArg::Ptr`, or an address in a `Word`) points into memory that stays allocated
+    /// until the launch has run (with a queue: until the queue is synchronised) and is as long
+    /// as the kernel touches for these arguments, that no other work uses memory the kernel
+    /// writes meanwhile, and that the arguments are the kernel's parameters. The layer checks
+    /// the launch shape, and on the host backend that pointers point into live allocations
+    /// and the types where the kernel declares them; not the extents.
+    unsafe fn launch(
         &self,
         kernel: KernelHandle,
         dims: &LaunchDims,

@@ -304,7 +304,8 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// arguments: running it again launches the kernel again.
     #[inline]
     pub fn run(&mut self) -> Result<()> {
-        self.submit(true, None)
+        // SAFETY: checked against the kernel's parameter record (`submit`'s contract).
+        unsafe { self.submit(true, None) }
     }
 
     /// As [`Launch::run`], but enqueued on `queue` (a [`Queue`] or a [`QueueScope`]) of the
@@ -313,7 +314,8 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// (`&y`), so that the same scope can also copy it back: the queue orders its own work;
     /// work on other queues that uses the same buffer must be ordered with events.
     pub fn run_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
-        self.submit(true, Some(queue.queue()))
+        // SAFETY: as in `run`; the queue keeps the borrowed buffers alive until it has run.
+        unsafe { self.submit(true, Some(queue.queue())) }
     }
 
     /// Launches without the parameter check, synchronously (the only way to launch a kernel
@@ -328,7 +330,8 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// from each pointer. The caller must make sure the arguments are the kernel's parameters
     /// and every buffer is as long as the kernel will touch for these arguments.
     pub unsafe fn run_unchecked(&mut self) -> Result<()> {
-        self.submit(false, None)
+        // SAFETY: the caller's contract.
+        unsafe { self.submit(false, None) }
     }
 
     /// [`Launch::run_unchecked`], enqueued on `queue`.
@@ -336,13 +339,21 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// # Safety
     /// As for [`Launch::run_unchecked`].
     pub unsafe fn run_unchecked_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
-        self.submit(false, Some(queue.queue()))
+        // SAFETY: the caller's contract.
+        unsafe { self.submit(false, Some(queue.queue())) }
     }
 
     /// The launch, synchronous or on `queue`: with the parameter check (`checked`), else with
     /// the device check of every buffer only.
+    ///
+    /// # Safety
+    /// Unchecked, [`Launch::run_unchecked`]'s contract. Checked, none beyond trusting the
+    /// image: the check against the kernel's parameter record (its count and types, and that
+    /// every buffer holds the extent the record declares for these arguments, borrowed as the
+    /// record says it is used) is what makes the device's launch contract hold, if the record
+    /// is true.
     #[inline]
-    fn submit(&self, checked: bool, queue: Option<&Queue>) -> Result<()> {
+    unsafe fn submit(&self, checked: bool, queue: Option<&Queue>) -> Result<()> {
         let (args, sources) = self.args();
         if checked {
             check(self.kernel, args, sources, queue.is_some())?;
@@ -353,7 +364,8 @@ impl<'k, 'a> Launch<'k, 'a> {
         if let Some(q) = queue {
             program.check_queue(q)?;
         }
-        program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle))
+        // SAFETY: this function's contract.
+        unsafe { program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle)) }
     }
 }
 

@@ -1237,7 +1237,8 @@ impl Program {
         args: &[KernelArg],
     ) -> Result<()> {
         self.check_kernel(kernel)?;
-        self.inner.launch(kernel, dims, args, None)
+        // SAFETY: the caller's contract.
+        unsafe { self.inner.launch(kernel, dims, args, None) }
     }
 
     /// Enqueues a launch on `queue` (a queue of this program's device), as
@@ -1255,7 +1256,8 @@ impl Program {
     ) -> Result<()> {
         self.check_kernel(kernel)?;
         self.inner.check_queue(queue)?;
-        self.inner.launch(kernel, dims, args, Some(queue.handle()))
+        // SAFETY: the caller's contract.
+        unsafe { self.inner.launch(kernel, dims, args, Some(queue.handle())) }
     }
 
     fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
@@ -1293,8 +1295,11 @@ impl ProgramInner {
 
     /// Launches through the device; with `OFFLOAD_INFO`/`OFFLOAD_PROFILE` on, inside the
     /// launch's span (kept out of line: off, a launch pays one level check for it).
+    ///
+    /// # Safety
+    /// As [`offload_core::traits::GenericDevice::launch`].
     #[inline]
-    pub(crate) fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         kernel: &Kernel,
         dims: &LaunchDims,
@@ -1302,14 +1307,18 @@ impl ProgramInner {
         queue: Option<QueueHandle>,
     ) -> Result<()> {
         if tracing::enabled!(target: "offload::launch", tracing::Level::INFO) {
-            return self.launch_in_span(kernel, dims, args, queue);
+            // SAFETY: the caller's contract.
+            return unsafe { self.launch_in_span(kernel, dims, args, queue) };
         }
-        self.device.inner.launch(kernel.handle, dims, args, queue)
+        // SAFETY: the caller's contract.
+        unsafe { self.device.inner.launch(kernel.handle, dims, args, queue) }
     }
 
+    /// # Safety
+    /// As [`ProgramInner::launch`].
     #[cold]
     #[inline(never)]
-    fn launch_in_span(
+    unsafe fn launch_in_span(
         &self,
         kernel: &Kernel,
         dims: &LaunchDims,
@@ -1333,7 +1342,8 @@ impl ProgramInner {
             dims.shared_mem_bytes
         )
         .entered();
-        self.device.inner.launch(kernel.handle, dims, args, queue)
+        // SAFETY: the caller's contract.
+        unsafe { self.device.inner.launch(kernel.handle, dims, args, queue) }
     }
 }
 

@@ -622,7 +622,12 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         })
     }
 
-    fn launch(
+    /// # Safety
+    /// As [`GenericDevice::launch`]. The layer checks the argument count and types where the
+    /// kernel declares them, the launch shape and, where the backend asks for it, that each
+    /// pointer points into a live allocation (which it then keeps alive until the launch has
+    /// run); not how far the kernel reads or writes.
+    unsafe fn launch(
         &self,
         kernel: KernelHandle,
         dims: &LaunchDims,
