@@ -38,8 +38,8 @@ pub trait DeviceMemory {
     }
     /// Writes `value` to the host pointer at `addr` once the copies before it have landed.
     fn restore(&self, addr: usize, value: usize) {
-        // SAFETY: a shadow pointer's host address is a pointer the program mapped.
-        unsafe { *(addr as *mut usize) = value };
+        // SAFETY: the mapping passes only its shadow pointers' host addresses.
+        unsafe { restore_host_pointer(addr, value) };
     }
     /// A fence after the copies so far, where they are queued; `None` when they are done.
     fn fence(&self) -> Option<Fence> {
@@ -51,6 +51,15 @@ pub trait DeviceMemory {
         let _ = fence;
         true
     }
+}
+
+/// Puts back the host value of an attached pointer.
+///
+/// # Safety
+/// `addr` is a shadow pointer's host address: a pointer the program mapped (`PTR_AND_OBJ`).
+pub unsafe fn restore_host_pointer(addr: usize, value: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { *(addr as *mut usize) = value };
 }
 
 /// An attached pointer: the host pointer at `host_addr` held `host_val`; its device copy at
@@ -653,7 +662,9 @@ pub fn data_end(
     };
     // Queued work (this construct's kernel and copies back) uses these entries until it has
     // run: whoever deletes one waits for it.
-    if let Some(fence) = (!all.is_empty()).then(|| dev.fence()).flatten() {
+    if !all.is_empty()
+        && let Some(fence) = dev.fence()
+    {
         for p in &all {
             if let Some(e) = table.entries.get_mut(&p.0) {
                 e.add_user(&fence);

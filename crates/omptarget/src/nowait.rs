@@ -20,7 +20,7 @@
 //! Map entries that a queued copy filled carry a fence ([`crate::mapping::Fence`]): a construct that
 //! finds the entry present waits for it, on its queue or on the thread.
 
-use crate::mapping::{DeviceMemory, Fence};
+use crate::mapping::{self, DeviceMemory, Fence};
 use crate::messages;
 use crate::pool;
 use crate::rtl::{OmpDevice, lock};
@@ -117,8 +117,8 @@ impl Work {
             .map_err(|e| format!("work queued on OpenMP device {}: {e}", self.dev.id));
         let after = std::mem::take(&mut *lock(&self.after));
         for (addr, value) in after.restores {
-            // SAFETY: a shadow pointer's host address is a pointer the program mapped.
-            unsafe { *(addr as *mut usize) = value };
+            // SAFETY: the mapping's shadow pointers (`restore` below).
+            unsafe { mapping::restore_host_pointer(addr, value) };
         }
         for p in after.frees {
             self.dev.free(p);
@@ -132,13 +132,22 @@ impl Work {
         }
         result
     }
+
+    /// [`Work::settle`], its error said; whether the queued work succeeded.
+    fn settle_or_say(&mut self) -> bool {
+        match self.settle() {
+            Ok(()) => true,
+            Err(e) => {
+                messages::error(&e);
+                false
+            }
+        }
+    }
 }
 
 impl Drop for Work {
     fn drop(&mut self) {
-        if let Err(e) = self.settle() {
-            messages::error(&e);
-        }
+        self.settle_or_say();
     }
 }
 
@@ -173,8 +182,8 @@ impl DeviceMemory for Work {
         if self.queue.is_some() {
             lock(&self.after).restores.push((addr, value));
         } else {
-            // SAFETY: a shadow pointer's host address is a pointer the program mapped.
-            unsafe { *(addr as *mut usize) = value };
+            // SAFETY: the mapping passes only its shadow pointers' host addresses.
+            unsafe { mapping::restore_host_pointer(addr, value) };
         }
     }
     fn fence(&self) -> Option<Fence> {
@@ -296,9 +305,7 @@ pub fn construct(dev: &Arc<OmpDevice>, nowait: bool, body: impl FnOnce(&Work) ->
     };
     let mut work = Work::queued(dev.clone());
     if !body(&work) {
-        if let Err(e) = work.settle() {
-            messages::error(&e);
-        }
+        work.settle_or_say();
         return false;
     }
     let Some(queue) = work.queue.as_ref() else {
@@ -308,20 +315,12 @@ pub fn construct(dev: &Arc<OmpDevice>, nowait: bool, body: impl FnOnce(&Work) ->
         Ok(e) => e,
         Err(e) => {
             messages::error(&format!("OpenMP device {}: {e}", dev.id));
-            if let Err(e) = work.settle() {
-                messages::error(&e);
-            }
+            work.settle_or_say();
             return false;
         }
     };
     if matches!(event.is_complete(), Ok(true)) {
-        return match work.settle() {
-            Ok(()) => true,
-            Err(e) => {
-                messages::error(&e);
-                false
-            }
-        };
+        return work.settle_or_say();
     }
     let pending = Arc::new(Pending {
         work: Mutex::new(Some(work)),
@@ -451,10 +450,8 @@ pub fn settle_all() {
     for p in all {
         // Held while it settles: a query of this handle waits, then finds it settled.
         let mut work = lock(&p.work);
-        if let Some(mut w) = work.take()
-            && let Err(e) = w.settle()
-        {
-            messages::error(&e);
+        if let Some(mut w) = work.take() {
+            w.settle_or_say();
         }
     }
 }

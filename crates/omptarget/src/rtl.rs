@@ -1015,8 +1015,7 @@ impl Rtl {
     /// the kernel is called once (a 1x1 launch runs on the calling thread; libomp gives it its
     /// parallelism); on a GPU with the teams and threads upstream's plugins choose ([`gpu`]).
     /// Words fit a JIT-compiled kernel's `ptr` and `i64` parameters as well as an AOT kernel's
-    /// unknown ones.
-    /// On a GPU the launch goes on `work`'s queue when it has one.
+    /// unknown ones. On a GPU the launch goes on `work`'s queue when it has one.
     pub fn launch(
         &self,
         work: &nowait::Work,

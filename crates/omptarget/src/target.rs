@@ -599,8 +599,12 @@ fn update(
     Ok(())
 }
 
+// The data entry points: `$nowait` is upstream's `targetData<TaskAsyncInfoWrapperTy>` (queued on
+// a GPU when the running task can be re-enqueued; libomp orders the dependences, so the
+// `_nowait` forms' dependence lists are not read). The legacy forms (no location, names or
+// mappers) are blocking, as upstream's forward them to the blocking mapper forms.
 macro_rules! data_entry {
-    ($name:ident, $op:expr) => {
+    ($name:ident, $op:expr, $nowait:expr $(, $extra:ident: $ty:ty)*) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(
             loc: *mut Ident,
@@ -612,44 +616,13 @@ macro_rules! data_entry {
             types: *mut i64,
             names: *mut *mut c_void,
             mappers: *mut *mut c_void,
+            $($extra: $ty,)*
         ) {
             crate::guard::construct(stringify!($name), loc, (), || {
                 // SAFETY: the compiler's arrays of `n` entries.
                 unsafe {
                     data_construct(
-                        $op, false, loc, dev, n, bases, begins, sizes, types, names, mappers,
-                    )
-                }
-            })
-        }
-    };
-}
-
-macro_rules! data_entry_nowait {
-    ($name:ident, $op:expr) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            loc: *mut Ident,
-            dev: i64,
-            n: i32,
-            bases: *mut *mut c_void,
-            begins: *mut *mut c_void,
-            sizes: *mut i64,
-            types: *mut i64,
-            names: *mut *mut c_void,
-            mappers: *mut *mut c_void,
-            _dep_num: i32,
-            _deps: *mut c_void,
-            _noalias_num: i32,
-            _noalias: *mut c_void,
-        ) {
-            crate::guard::construct(stringify!($name), loc, (), || {
-                // Upstream's `targetData<TaskAsyncInfoWrapperTy>`: queued on a GPU when the
-                // running task can be re-enqueued (`nowait`); libomp orders the dependences.
-                // SAFETY: the compiler's arrays of `n` entries.
-                unsafe {
-                    data_construct(
-                        $op, true, loc, dev, n, bases, begins, sizes, types, names, mappers,
+                        $op, $nowait, loc, dev, n, bases, begins, sizes, types, names, mappers,
                     )
                 }
             })
@@ -658,7 +631,7 @@ macro_rules! data_entry_nowait {
 }
 
 macro_rules! data_entry_legacy {
-    ($name:ident, $op:expr) => {
+    ($name:ident, $op:expr $(, $extra:ident: $ty:ty)*) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(
             dev: i64,
@@ -667,6 +640,7 @@ macro_rules! data_entry_legacy {
             begins: *mut *mut c_void,
             sizes: *mut i64,
             types: *mut i64,
+            $($extra: $ty,)*
         ) {
             crate::guard::construct(stringify!($name), std::ptr::null(), (), || {
                 // SAFETY: the compiler's arrays of `n` entries.
@@ -690,55 +664,24 @@ macro_rules! data_entry_legacy {
     };
 }
 
-macro_rules! data_entry_legacy_nowait {
-    ($name:ident, $op:expr) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            dev: i64,
-            n: i32,
-            bases: *mut *mut c_void,
-            begins: *mut *mut c_void,
-            sizes: *mut i64,
-            types: *mut i64,
-            _dep_num: i32,
-            _deps: *mut c_void,
-            _noalias_num: i32,
-            _noalias: *mut c_void,
-        ) {
-            crate::guard::construct(stringify!($name), std::ptr::null(), (), || {
-                // SAFETY: the compiler's arrays of `n` entries.
-                unsafe {
-                    data_construct(
-                        $op,
-                        false,
-                        std::ptr::null(),
-                        dev,
-                        n,
-                        bases,
-                        begins,
-                        sizes,
-                        types,
-                        std::ptr::null(),
-                        std::ptr::null(),
-                    )
-                }
-            })
-        }
-    };
-}
-
-data_entry!(__tgt_target_data_begin_mapper, DataOp::Begin);
-data_entry!(__tgt_target_data_end_mapper, DataOp::End);
-data_entry!(__tgt_target_data_update_mapper, DataOp::Update);
-data_entry_nowait!(__tgt_target_data_begin_nowait_mapper, DataOp::Begin);
-data_entry_nowait!(__tgt_target_data_end_nowait_mapper, DataOp::End);
-data_entry_nowait!(__tgt_target_data_update_nowait_mapper, DataOp::Update);
+data_entry!(__tgt_target_data_begin_mapper, DataOp::Begin, false);
+data_entry!(__tgt_target_data_end_mapper, DataOp::End, false);
+data_entry!(__tgt_target_data_update_mapper, DataOp::Update, false);
+data_entry!(__tgt_target_data_begin_nowait_mapper, DataOp::Begin, true,
+    _dep_num: i32, _deps: *mut c_void, _noalias_num: i32, _noalias: *mut c_void);
+data_entry!(__tgt_target_data_end_nowait_mapper, DataOp::End, true,
+    _dep_num: i32, _deps: *mut c_void, _noalias_num: i32, _noalias: *mut c_void);
+data_entry!(__tgt_target_data_update_nowait_mapper, DataOp::Update, true,
+    _dep_num: i32, _deps: *mut c_void, _noalias_num: i32, _noalias: *mut c_void);
 data_entry_legacy!(__tgt_target_data_begin, DataOp::Begin);
 data_entry_legacy!(__tgt_target_data_end, DataOp::End);
 data_entry_legacy!(__tgt_target_data_update, DataOp::Update);
-data_entry_legacy_nowait!(__tgt_target_data_begin_nowait, DataOp::Begin);
-data_entry_legacy_nowait!(__tgt_target_data_end_nowait, DataOp::End);
-data_entry_legacy_nowait!(__tgt_target_data_update_nowait, DataOp::Update);
+data_entry_legacy!(__tgt_target_data_begin_nowait, DataOp::Begin,
+    _dep_num: i32, _deps: *mut c_void, _noalias_num: i32, _noalias: *mut c_void);
+data_entry_legacy!(__tgt_target_data_end_nowait, DataOp::End,
+    _dep_num: i32, _deps: *mut c_void, _noalias_num: i32, _noalias: *mut c_void);
+data_entry_legacy!(__tgt_target_data_update_nowait, DataOp::Update,
+    _dep_num: i32, _deps: *mut c_void, _noalias_num: i32, _noalias: *mut c_void);
 
 /// A target region: map, launch, unmap. `Err` when the region could not be offloaded.
 fn run_region(
@@ -908,8 +851,8 @@ pub unsafe extern "C" fn __tgt_target_kernel(
         };
         info_arguments("Entering OpenMP kernel", loc, &margs);
         let _span = tracing::info_span!(target: "offload::launch", "target region",
-        "OpenMP target region {:#x} on device {}, {} map entries", host_ptr as usize, d.id,
-        margs.len())
+            "OpenMP target region {:#x} on device {}, {} map entries", host_ptr as usize, d.id,
+            margs.len())
         .entered();
         let begun = ompt::target_begin(ompt::Kind::Target, d.id as i64, host_ptr as usize);
         let mut bases: Vec<usize> = margs.iter().map(|a| a.base).collect();
