@@ -50,6 +50,29 @@ fn build(name: &str, lib: &Path, extra: &[&str], tag: &str) -> PathBuf {
     out
 }
 
+/// C `source`, written to the scratch directory as `<stem>.c`, built by clang-19 against our
+/// library with `flags` (OpenMP's, or `-lomptarget` for a program that calls the ABI itself).
+fn build_source(stem: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let lib = library_dir();
+    let src = scratch("omptarget").join(format!("{stem}.c"));
+    std::fs::write(&src, source).unwrap();
+    let program = scratch("omptarget").join(stem);
+    let (l, rpath) = (
+        format!("-L{}", lib.display()),
+        format!("-Wl,-rpath,{}", lib.display()),
+    );
+    let mut args = vec![
+        src.to_str().unwrap(),
+        "-o",
+        program.to_str().unwrap(),
+        &l,
+        &rpath,
+    ];
+    args.extend(flags);
+    clang(&args);
+    program
+}
+
 fn run(program: &Path, envs: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(program);
     cmd.env_remove("OMP_TARGET_OFFLOAD")
@@ -597,23 +620,11 @@ fn the_offload_policy_is_honoured() {
 
 #[test]
 fn a_device_number_out_of_range_is_upstreams_fatal_error() {
-    let lib = library_dir();
-    let src = scratch("omptarget").join("bad_device.c");
-    std::fs::write(
-        &src,
+    let program = build_source(
+        "bad_device",
         "#include <omp.h>\nint main(void) { int x = 0;\n#pragma omp target device(7) map(tofrom: x)\n x = 1;\n return x; }\n",
-    )
-    .unwrap();
-    let program = scratch("omptarget").join("bad_device");
-    clang(&[
-        "-fopenmp",
-        "-fopenmp-targets=x86_64-pc-linux-gnu",
-        src.to_str().unwrap(),
-        "-o",
-        program.to_str().unwrap(),
-        &format!("-L{}", lib.display()),
-        &format!("-Wl,-rpath,{}", lib.display()),
-    ]);
+        &["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"],
+    );
     let out = run(&program, &[]);
     assert!(!out.status.success());
     assert!(
@@ -625,10 +636,8 @@ fn a_device_number_out_of_range_is_upstreams_fatal_error() {
 
 #[test]
 fn malformed_descriptors_are_errors_and_the_program_goes_on() {
-    let lib = library_dir();
-    let src = scratch("omptarget").join("bad_desc.c");
-    std::fs::write(
-        &src,
+    let program = build_source(
+        "bad_desc",
         r#"#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -662,17 +671,8 @@ int main(void) {
   return 0;
 }
 "#,
-    )
-    .unwrap();
-    let program = scratch("omptarget").join("bad_desc");
-    clang(&[
-        src.to_str().unwrap(),
-        "-o",
-        program.to_str().unwrap(),
-        &format!("-L{}", lib.display()),
-        &format!("-Wl,-rpath,{}", lib.display()),
-        "-lomptarget",
-    ]);
+        &["-lomptarget"],
+    );
     let out = run(&program, &[]);
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(
@@ -699,10 +699,8 @@ int main(void) {
 /// fatal error (never a silent run on the host, nor a second run after a late panic).
 #[test]
 fn a_panic_in_the_library_is_a_failure_return_not_an_unwind_into_c() {
-    let lib = library_dir();
-    let src = scratch("omptarget").join("panics.c");
-    std::fs::write(
-        &src,
+    let program = build_source(
+        "panics",
         r#"#include <omp.h>
 #include <stdio.h>
 int main(void) {
@@ -716,18 +714,8 @@ int main(void) {
   return 0;
 }
 "#,
-    )
-    .unwrap();
-    let program = scratch("omptarget").join("panics");
-    clang(&[
-        "-fopenmp",
-        "-fopenmp-targets=x86_64-pc-linux-gnu",
-        src.to_str().unwrap(),
-        "-o",
-        program.to_str().unwrap(),
-        &format!("-L{}", lib.display()),
-        &format!("-Wl,-rpath,{}", lib.display()),
-    ]);
+        &["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"],
+    );
     let baseline = run(&program, &[]);
     assert!(
         stdout(&baseline).contains("devices 4 alloc ok x 42 host 0"),
@@ -776,10 +764,8 @@ int main(void) {
 /// ever), and the process goes on.
 #[test]
 fn forged_nowait_handles_are_errors_and_the_program_goes_on() {
-    let lib = library_dir();
-    let src = scratch("omptarget").join("bad_handle.c");
-    std::fs::write(
-        &src,
+    let program = build_source(
+        "bad_handle",
         r#"#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -810,17 +796,8 @@ int main(int argc, char **argv) {
   return 0;
 }
 "#,
-    )
-    .unwrap();
-    let program = scratch("omptarget").join("bad_handle");
-    clang(&[
-        src.to_str().unwrap(),
-        "-o",
-        program.to_str().unwrap(),
-        &format!("-L{}", lib.display()),
-        &format!("-Wl,-rpath,{}", lib.display()),
-        "-lomptarget",
-    ]);
+        &["-lomptarget"],
+    );
     for seed in ["1", "0x9e3779b97f4a7c15", "12345"] {
         let out = Command::new(&program)
             .arg(seed)
