@@ -56,6 +56,13 @@ case "$backend" in
   *) echo "usage: scripts/gpu-check.sh cuda|amdgpu|level-zero [prepare|run|dry-run]" >&2; exit 2 ;;
 esac
 pack=$root/.gpu-check/$backend
+# The AMD processors images are prepared for (OFFLOAD_GPU_CHECK_PROCESSORS), and clang's flags
+# for them.
+amd_processors() { echo "${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}"; }
+amd_arch_flags() {
+  local a
+  for a in $(tr ',' ' ' <<<"$(amd_processors)"); do printf -- ' --offload-arch=%s' "$a"; done
+}
 # The plugin library's file name (cargo writes underscores).
 plugin_file=liboffload_plugin_${backend//-/_}.so
 
@@ -77,7 +84,7 @@ prepare() {
   fi
   echo "== preparing images"
   case "$backend" in
-    amdgpu) target/release/amdgpu-gpu-check prepare "$pack/images" "${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}" ;;
+    amdgpu) target/release/amdgpu-gpu-check prepare "$pack/images" "$(amd_processors)" ;;
     *) target/release/$backend-gpu-check prepare "$pack/images" ;;
   esac
   case "$backend" in cuda|amdgpu) omp_prepare ;; esac
@@ -137,11 +144,8 @@ omp_prepare() {
     # shellcheck disable=SC2046
     clang-19 -O2 -fopenmp $(omp_flags) -fopenmp-target-jit "$p" "$rtl" -o "$dir/$name-jit-rtl"
     if [ "$backend" = amdgpu ]; then
-      local archs=() a
-      for a in $(tr ',' ' ' <<<"${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}"); do
-        archs+=("--offload-arch=$a")
-      done
-      clang-19 -O2 -fopenmp -fopenmp-targets=amdgcn-amd-amdhsa -nogpulib "${archs[@]}" "$p" "$rtl" -o "$dir/$name-aot"
+      # shellcheck disable=SC2046
+      clang-19 -O2 -fopenmp -fopenmp-targets=amdgcn-amd-amdhsa -nogpulib $(amd_arch_flags) "$p" "$rtl" -o "$dir/$name-aot"
     fi
   done
   # Ours beside its plugins and JIT worker (it looks for them next to itself).
@@ -236,14 +240,13 @@ PY
 
 # The suite's builds: one (target, mode, flags) per line, for the backend.
 suite_builds() {
-  local procs a archs=""
+  local first
   case "$backend" in
     cuda) echo "nvptx64-nvidia-cuda jit sm_90 -nocudalib --offload-arch=sm_90" ;;
     amdgpu)
-      procs=${OFFLOAD_GPU_CHECK_PROCESSORS:-gfx908,gfx90a,gfx942,gfx1030,gfx1100}
-      for a in $(tr ',' ' ' <<<"$procs"); do archs+=" --offload-arch=$a"; done
-      echo "amdgcn-amd-amdhsa jit ${procs%%,*}$archs"
-      echo "amdgcn-amd-amdhsa aot ${procs%%,*}$archs"
+      first=$(amd_processors)
+      echo "amdgcn-amd-amdhsa jit ${first%%,*}$(amd_arch_flags)"
+      echo "amdgcn-amd-amdhsa aot ${first%%,*}$(amd_arch_flags)"
       ;;
   esac
 }

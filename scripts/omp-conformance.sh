@@ -128,21 +128,17 @@ flags=""
 [ "$mode" = jit ] && flags="-fopenmp-target-jit"
 flags="$flags $more_flags"
 llvm=/usr/lib/llvm-19
-cc=/usr/bin/clang-19 cxx=/usr/bin/clang++-19
 filecheck=$llvm/bin/FileCheck not=$llvm/bin/not
-litdir=/usr/lib/llvm-19/build/utils/lit
-# Paths that differ between the machine that records and the one that replays.
-roots="$src:$out:$lib"
-if [ -n "$record" ]; then
-  cc="$root/scripts/lit-cc --record $record --roots $roots $cc"
-  cxx="$root/scripts/lit-cc --record $record --roots $roots $cxx"
-elif [ -n "$replay" ]; then
-  cc="$root/scripts/lit-cc --replay $replay --roots $roots $cc"
-  cxx="$root/scripts/lit-cc --replay $replay --roots $roots $cxx"
-  if [ -n "$tools" ]; then
-    filecheck=$tools/FileCheck not=$tools/not litdir=$tools/lit
-    export LD_LIBRARY_PATH=$tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  fi
+litdir=$llvm/build/utils/lit
+# Recording or replaying, the compiler lit calls is scripts/lit-cc, which keys each output by
+# its arguments less the paths that differ between the two machines (--roots).
+lit_cc=""
+[ -n "$record" ] && lit_cc="$root/scripts/lit-cc --record $record --roots $src:$out:$lib "
+[ -n "$replay" ] && lit_cc="$root/scripts/lit-cc --replay $replay --roots $src:$out:$lib "
+cc=${lit_cc}/usr/bin/clang-19 cxx=${lit_cc}/usr/bin/clang++-19
+if [ -n "$replay" ] && [ -n "$tools" ]; then
+  filecheck=$tools/FileCheck not=$tools/not litdir=$tools/lit
+  export LD_LIBRARY_PATH=$tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 cuda_arch="" amd_arch=""
 case $target in
