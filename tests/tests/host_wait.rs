@@ -41,22 +41,15 @@ fn wakeups() -> Vec<u64> {
 
 /// The scheduler states (`/proc/self/task/*/stat`, field 3) of the host pool's workers.
 fn worker_states() -> Vec<char> {
-    let mut states = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if !comm.starts_with("offload-host-") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        // "pid (comm) S ...": the state follows the last ')'.
-        if let Some(state) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-        {
-            states.push(state);
-        }
-    }
-    states
+    workers()
+        .iter()
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.join("stat")).ok()?;
+            // "pid (comm) S ...": the state follows the last ')'.
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.trim_start().chars().next()
+        })
+        .collect()
 }
 
 /// The child: 50 saxpy launches over 2 threads, checked; then, for `spin`, 200 looks at the

@@ -816,12 +816,13 @@ mod tests {
         let compile_a = || {
             compiles.fetch_add(1, Ordering::SeqCst);
             locked.send(()).unwrap();
-            let waited = (0..200_000).any(|_| {
-                std::thread::yield_now();
-                b.stats().lock_waits == 1
-            }) || (0..2_000).any(|_| {
-                std::thread::sleep(Duration::from_millis(10));
-                b.stats().lock_waits == 1
+            // Polled for the event, bounded (20 s).
+            let waited = (0..20_000).any(|_| {
+                let seen = b.stats().lock_waits == 1;
+                if !seen {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                seen
             });
             assert!(waited, "the second requester never waited for the lock");
             Ok::<_, ()>(output(3))
