@@ -187,7 +187,7 @@ struct Timing {
 /// launch.
 fn offload_run(rt: &offload::Runtime, image: &Path, c: &Case) -> (Timing, Vec<u8>) {
     let device = rt.device("host", 0).unwrap();
-    let program = device.load(&std::fs::read(image).unwrap()).unwrap();
+    let program = offload_tests::load(&device, &std::fs::read(image).unwrap()).unwrap();
     let kernel = program.kernel(c.symbol).unwrap();
     let (inputs, out_index) = buffers(c);
     let bufs: Vec<offload::DeviceBuffer> = inputs
@@ -224,7 +224,7 @@ fn offload_run(rt: &offload::Runtime, image: &Path, c: &Case) -> (Timing, Vec<u8
     for r in 0..c.reps + 2 {
         let t = Instant::now();
         // SAFETY: the buffers are as long as the kernel touches for these arguments.
-        unsafe { program.launch(&kernel, &dims, &args) }.unwrap();
+        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }.unwrap();
         let dt = t.elapsed().as_secs_f64() * 1e3;
         if r == 0 && out_index != usize::MAX {
             result = vec![0; inputs[out_index].len()];

@@ -62,7 +62,7 @@ fn main() {
     let image = std::fs::read(&so).unwrap();
     let rt = host_runtime();
     let device = rt.device("host", 0).expect("host plugin");
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let kernel = program.kernel("empty").unwrap();
     let dims = LaunchDims::linear(1, 1);
     let args: [KernelArg; 0] = [];
@@ -77,10 +77,10 @@ fn main() {
     // SAFETY: `direct` is `void empty(void)`.
     let direct_ns = per_call_ns(n, || unsafe { black_box(direct)() });
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() }.clone();
+    let raw = unsafe { offload::raw::device(&device) }.clone();
     // saxpy on one element: four arguments, two buffers whose extents the builder checks.
     let saxpy_image = std::fs::read(host_kernel("saxpy")).unwrap();
-    let saxpy_program = device.load(&saxpy_image).unwrap();
+    let saxpy_program = offload_tests::load(&device, &saxpy_image).unwrap();
     let saxpy = saxpy_program.kernel("saxpy").unwrap();
     let x = device.upload(&[1.0f32]).unwrap();
     let mut y = device.upload(&[1.0f32]).unwrap();
@@ -92,8 +92,10 @@ fn main() {
         let empty = interleaved_ns(
             n,
             &mut [
-                // SAFETY: `empty` takes no argument and touches no memory.
-                &mut || unsafe { program.launch(&kernel, &dims, &args) }.unwrap(),
+                &mut || {
+                    // SAFETY: `empty` takes no argument and touches no memory.
+                    unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }.unwrap()
+                },
                 // SAFETY: as above.
                 &mut || unsafe { raw.launch(kernel.handle(), &dims, &args, None) }.unwrap(),
                 &mut || kernel.launch(dims).run().unwrap(),

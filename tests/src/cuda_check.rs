@@ -250,7 +250,7 @@ fn refused(gpu: &offload::Device, image: &[u8], case: &Case, says: &str) -> Resu
 
 fn two_threads_dynamic_shared(gpu: &offload::Device, cubin: &[u8]) -> Result<String, String> {
     use offload::KernelArg;
-    let program = gpu.load(cubin).map_err(|e| e.to_string())?;
+    let program = offload_tests::load(gpu, cubin).map_err(|e| e.to_string())?;
     let kernel = program
         .kernel("shared_reverse")
         .map_err(|e| e.to_string())?;
@@ -281,7 +281,7 @@ fn two_threads_dynamic_shared(gpu: &offload::Device, cubin: &[u8]) -> Result<Str
                     for r in 0..rounds {
                         out.fill(0).map_err(|e| e.to_string())?;
                         // SAFETY: both buffers hold blocks * per_block words, all the kernel touches.
-                        unsafe { program.launch(kernel, &dims, &args) }
+                        unsafe { offload::raw::launch(program, None, kernel, &dims, &args) }
                             .map_err(|e| format!("{} KiB, launch {r}: {e}", bytes >> 10))?;
                         let got = out.to_vec().map_err(|e| e.to_string())?;
                         if dry_run() {
@@ -541,15 +541,15 @@ pub fn offload_launch_us(
     n: u32,
 ) -> Result<(f64, f64), String> {
     let gpu = runtime.device("cuda", 0).map_err(|e| e.to_string())?;
-    let program = gpu.load(cubin).map_err(|e| e.to_string())?;
+    let program = offload_tests::load(&gpu, cubin).map_err(|e| e.to_string())?;
     let kernel = program.kernel("empty").map_err(|e| e.to_string())?;
     let dims = LaunchDims::linear(1, 1);
     let sync = per_call_us(n, || {
         // SAFETY: the buffers are as long as the kernel touches for these arguments.
-        unsafe { program.launch(&kernel, &dims, &[]) }.unwrap()
+        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &[]) }.unwrap()
     });
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { gpu.raw() };
+    let raw = unsafe { offload::raw::device(&gpu) };
     let queue = raw.queue_create().map_err(|e| e.to_string())?;
     let queued = per_call_us(1, || {
         for _ in 0..n {

@@ -348,7 +348,7 @@ pub fn run_case(
     image: &[u8],
     case: &Case,
 ) -> Result<Vec<Vec<u8>>, String> {
-    let program = device.load(image).map_err(|e| e.to_string())?;
+    let program = crate::load(device, image).map_err(|e| e.to_string())?;
     let kernel = program.kernel(case.symbol).map_err(|e| e.to_string())?;
     let mut buffers = Vec::new();
     let mut args = Vec::new();
@@ -366,7 +366,8 @@ pub fn run_case(
         }
     }
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
-    unsafe { program.launch(&kernel, &case.dims, &args) }.map_err(|e| e.to_string())?;
+    unsafe { offload::raw::launch(&program, None, &kernel, &case.dims, &args) }
+        .map_err(|e| e.to_string())?;
     buffers
         .iter()
         .map(|b| {
@@ -563,7 +564,7 @@ pub fn run_extras(report: &mut Report, device: &offload::Device, x: &Extras<'_>)
         crate::check_overlapping_device_copies(device, 0x9c0e, 400);
         Ok("memmove's result every time".into())
     });
-    let program = match device.load(&x.add_k) {
+    let program = match crate::load(device, &x.add_k) {
         Ok(p) => p,
         Err(e) => {
             report.record("add_k loads", 0.0, Err(e.to_string()));

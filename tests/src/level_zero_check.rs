@@ -74,7 +74,7 @@ pub fn run(dir: &Path, runtime: &offload::Runtime, offload: &Path) -> Result<Rep
 
 fn reverse_check(gpu: &offload::Device, image: &[u8]) -> Result<String, String> {
     let (groups, l) = (4096usize, 256usize);
-    let program = gpu.load(image).map_err(|e| e.to_string())?;
+    let program = offload_tests::load(gpu, image).map_err(|e| e.to_string())?;
     let k = program.kernel("reverse").map_err(|e| e.to_string())?;
     let input: Vec<u32> = (0..(groups * l) as u32)
         .map(|i| i.wrapping_mul(2_654_435_761))
@@ -83,7 +83,9 @@ fn reverse_check(gpu: &offload::Device, image: &[u8]) -> Result<String, String> 
     let out = gpu.alloc::<u32>(groups * l).map_err(|e| e.to_string())?;
     // SAFETY: both buffers hold groups * l words, all the kernel touches.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &k,
             &LaunchDims::linear(groups as u32, l as u32),
             &[

@@ -10,6 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+/// Loads one of the suite's images ([`offload::Device::load_trusted`]): the suite's own kernels,
+/// built from `kernels/` and the tests' sources, and images crafted to be refused.
+pub fn load(device: &offload::Device, image: &[u8]) -> offload::Result<offload::Program> {
+    // SAFETY: the suite trusts its own kernels, whose parameter records are written beside
+    // their code; a crafted image is one the loader must refuse before any of its code runs,
+    // and a test that got one loaded fails.
+    unsafe { device.load_trusted(image) }
+}
+
 /// The `target/<profile>` directory this test binary was built into.
 pub fn build_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -286,11 +295,19 @@ pub fn which_run_args(image: &Path) -> Vec<String> {
 /// items writing into `out`, unloads it, and returns what the kernel wrote.
 pub fn run_which(device: &offload::Device, out: &offload::DeviceBuffer, image: &[u8]) -> Vec<u32> {
     use offload::{KernelArg, LaunchDims};
-    let program = device.load(image).unwrap();
+    let program = crate::load(device, image).unwrap();
     let k = program.kernel("which").unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
-    unsafe { program.launch(&k, &LaunchDims::linear(2, 32), &[KernelArg::Ptr(out.ptr())]) }
-        .unwrap();
+    unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &k,
+            &LaunchDims::linear(2, 32),
+            &[KernelArg::Ptr(out.ptr())],
+        )
+    }
+    .unwrap();
     let mut raw = vec![0u8; 256];
     out.read(&mut raw).unwrap();
     raw.chunks_exact(4)
@@ -442,7 +459,7 @@ pub fn check_overlapping_device_copies(device: &offload::Device, seed: u64, roun
     use offload_core::{DevicePtr, MemoryKind};
     const SIZE: usize = 8192;
     // SAFETY: the device API on this function's own allocation only.
-    let raw = unsafe { device.raw() };
+    let raw = unsafe { offload::raw::device(device) };
     let base = raw.alloc(SIZE as u64, MemoryKind::Device).unwrap();
     let queue = raw.queue_create().unwrap();
     let mut model = random_bytes(SIZE, seed);
@@ -473,12 +490,15 @@ pub fn check_overlapping_device_copies(device: &offload::Device, seed: u64, roun
             _ => (rng.next_u64() % (SIZE - len) as u64) as usize,
         };
         let queued = rng.next_u64() % 3 == 0;
-        raw.copy_device_to_device(
-            DevicePtr(base.0 + dst as u64),
-            DevicePtr(base.0 + src as u64),
-            len as u64,
-            queued.then_some(queue),
-        )
+        // SAFETY: both ranges lie in this function's own allocation, which nothing else uses.
+        unsafe {
+            raw.copy_device_to_device(
+                DevicePtr(base.0 + dst as u64),
+                DevicePtr(base.0 + src as u64),
+                len as u64,
+                queued.then_some(queue),
+            )
+        }
         .unwrap();
         model.copy_within(src..src + len, dst);
         if round % 4 == 3 || round + 1 == rounds {
@@ -496,7 +516,8 @@ pub fn check_overlapping_device_copies(device: &offload::Device, seed: u64, roun
         }
     }
     raw.queue_destroy(queue).unwrap();
-    raw.free(base).unwrap();
+    // SAFETY: the allocation is this function's, and its queue is gone.
+    unsafe { raw.free(base) }.unwrap();
 }
 
 /// Seeded random mixes of queued and synchronous work (copies in and out, device copies,
@@ -873,6 +894,96 @@ pub fn log_lines(log: &Path) -> Vec<String> {
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+/// What a failing queued launch came to ([`fail_a_queued_launch`]).
+#[derive(Debug)]
+pub struct QueuedFailure {
+    /// The device address of the buffer the launch wrote, which the program drops just after.
+    pub buffer: u64,
+    /// What the queue's synchronize returned.
+    pub error: offload::Error,
+    /// What an allocation on the device came to after the buffer and the queue were dropped.
+    pub alloc_after: offload::Result<()>,
+}
+
+/// Launches `add` (`kernels/add_k.c`: `x[i] += k` for `i < n`) of `program` on a queue of
+/// `device` over a buffer of its own, on a fake driver set to fail that launch; synchronizes
+/// the queue (which must fail), drops the buffer and the queue as a program would, then
+/// allocates again. The caller reads the driver's log to see whether the buffer was freed.
+pub fn fail_a_queued_launch(
+    device: &offload::Device,
+    program: &offload::Program,
+    add: &offload::Kernel,
+) -> QueuedFailure {
+    use offload::{KernelArg, LaunchDims};
+    let n = 256usize;
+    let x = device.upload(&vec![1u32; n]).unwrap();
+    let queue = device.queue().unwrap();
+    let args = [KernelArg::I32(n as i32), KernelArg::U32(2), x.arg()];
+    // SAFETY: `x` holds the `n` elements add_k writes; the program drops it only after the
+    // queue's synchronize has returned, and the layer keeps it while work that may use it
+    // runs (which is what the callers check).
+    let launched = unsafe {
+        offload::raw::launch(
+            program,
+            Some(&queue),
+            add,
+            &LaunchDims::linear(1, n as u32),
+            &args,
+        )
+    };
+    let error = match launched.and_then(|()| queue.synchronize()) {
+        Ok(()) => panic!("the fake driver was set to fail the launch of add_k"),
+        Err(e) => e,
+    };
+    let buffer = x.ptr().0;
+    drop(x);
+    drop(queue);
+    let alloc_after = device.alloc::<u32>(n).map(drop);
+    QueuedFailure {
+        buffer,
+        error,
+        alloc_after,
+    }
+}
+
+/// How many lines of a fake driver's log free the allocation at `at` (`free ... 0x<at>`).
+pub fn frees_of(lines: &[String], at: u64) -> usize {
+    let at = format!(" {at:#x}");
+    lines
+        .iter()
+        .filter(|l| l.starts_with("free ") && l.ends_with(&at))
+        .count()
+}
+
+/// The checks of a [`QueuedFailure`]: an unsettled failure leaves the buffer unfreed for good
+/// and the device failed, naming why; a settled one frees it once. No work ran on freed
+/// memory either way.
+pub fn assert_queued_failure(f: &QueuedFailure, unsettled: bool, lines: &[String]) {
+    assert_eq!(f.error.is_unsettled(), unsettled, "{:?}", f.error);
+    let hits: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("use-after-free"))
+        .collect();
+    assert!(hits.is_empty(), "{hits:?}");
+    if unsettled {
+        assert_eq!(
+            frees_of(lines, f.buffer),
+            0,
+            "freed while unsettled: {lines:#?}"
+        );
+        let e = f.alloc_after.as_ref().unwrap_err().to_string();
+        assert!(
+            e.contains("failed for good") && e.contains("did not settle"),
+            "{e}"
+        );
+    } else {
+        assert_eq!(frees_of(lines, f.buffer), 1, "{lines:#?}");
+        if let Err(e) = &f.alloc_after {
+            assert!(!e.to_string().contains("failed for good"), "{e}");
+        }
+    }
 }
 
 /// SPIR-V assembly `text` assembled by `spirv-as` (SPIR-V 1.0) and checked by `spirv-val` for

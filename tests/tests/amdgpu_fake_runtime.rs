@@ -506,11 +506,11 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
         &[],
         "in-process",
     );
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let owned_kernel = program.kernel("saxpy").unwrap();
     let kernel = &owned_kernel;
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() }.clone();
+    let raw = unsafe { offload::raw::device(&device) }.clone();
     let n = 4096usize;
     std::thread::scope(|s| {
         for t in 0..4 {
@@ -539,8 +539,8 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
                 ];
                 // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
                 unsafe { raw.launch(kernel.handle(), &dims, &args, Some(queue)) }.unwrap();
-                raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue))
-                    .unwrap();
+                // SAFETY: as above.
+                unsafe { raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue)) }.unwrap();
                 let event = raw.event_create().unwrap();
                 raw.event_record(event, queue).unwrap();
                 // SAFETY: as above.
@@ -548,8 +548,8 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
                     raw.copy_from_device(back.as_mut_ptr(), y, back.len(), Some(queue))
                         .unwrap()
                 };
-                raw.free(x).unwrap();
-                raw.free(y).unwrap();
+                // SAFETY: nothing of this test uses them after; queued work keeps them alive.
+                unsafe { raw.free(x).and_then(|()| raw.free(y)) }.unwrap();
                 raw.event_synchronize(event).unwrap();
                 raw.queue_synchronize(queue).unwrap();
                 assert_eq!(
@@ -576,7 +576,7 @@ fn queues_threads_lds_and_mutants_keep_the_runtime_contracts() {
             1 => m.truncate(at.max(1)),
             _ => m[at % 64] = r[2],
         }
-        match device.load(&m) {
+        match offload_tests::load(&device, &m) {
             Ok(p) => {
                 loaded += 1;
                 drop(p);
@@ -735,11 +735,13 @@ fn kernels_with_a_dynamic_stack_get_scratch_for_it() {
     let rt = in_process(&log, &[]);
     let device = rt.device("amdgpu", 0).unwrap();
     let out = device.alloc::<u32>(64).unwrap();
-    let program = device.load(&rec).unwrap();
+    let program = offload_tests::load(&device, &rec).unwrap();
     let k = program.kernel("rec").unwrap();
     // SAFETY: `out` holds the 64 words the kernel writes.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &k,
             &offload::LaunchDims::linear(1, 64),
             &[
@@ -749,11 +751,13 @@ fn kernels_with_a_dynamic_stack_get_scratch_for_it() {
         )
     }
     .unwrap();
-    let program = device.load(&saxpy).unwrap();
+    let program = offload_tests::load(&device, &saxpy).unwrap();
     let k = program.kernel("saxpy").unwrap();
     // SAFETY: n = 0: the kernel touches nothing.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &k,
             &offload::LaunchDims::linear(1, 64),
             &[
@@ -1041,7 +1045,7 @@ fn completion_signals_and_kernarg_areas_are_reused() {
     let rt = in_process(&log, &[]);
     let device = rt.device("amdgpu", 0).unwrap();
     let image = amdgcn_jit(&amdgcn_bitcode("add_k", "gfx90a"), "gfx90a", &[], "reuse");
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let add = program.kernel("add_k").unwrap();
     let n = 4096usize;
     let mut x = device.alloc::<u32>(n).unwrap();
@@ -1081,7 +1085,7 @@ fn random_queued_work_on_several_threads_matches_the_model() {
     let rt = in_process(&log, &[]);
     let device = rt.device("amdgpu", 0).unwrap();
     let image = amdgcn_jit(&amdgcn_bitcode("add_k", "gfx90a"), "gfx90a", &[], "add_k");
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let add = program.kernel("add_k").unwrap();
     check_random_queued_work(&device, &add, 0xa3d);
     drop((add, program));

@@ -137,7 +137,7 @@ fn offload_binaries_give_the_device_its_exact_cpu_image_then_a_compatible_one_th
     let rt = host_runtime();
     let image = std::fs::read(&exact).unwrap();
     let device = rt.route(&image).unwrap();
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     program.kernel("saxpy").unwrap();
 }
 

@@ -565,11 +565,11 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
     let device = rt.device("cuda", 0).unwrap();
     let bc = nvptx_bitcode("saxpy", "sm_90");
     let ptx = nvptx_jit(&bc, "sm_90", &["--emit-ptx"], "in-process");
-    let program = device.load(&ptx).unwrap();
+    let program = offload_tests::load(&device, &ptx).unwrap();
     let owned_kernel = program.kernel("saxpy").unwrap();
     let kernel = &owned_kernel;
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() }.clone();
+    let raw = unsafe { offload::raw::device(&device) }.clone();
     let n = 4096usize;
     std::thread::scope(|s| {
         for t in 0..4 {
@@ -598,8 +598,8 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
                 ];
                 // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
                 unsafe { raw.launch(kernel.handle(), &dims, &args, Some(queue)) }.unwrap();
-                raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue))
-                    .unwrap();
+                // SAFETY: as above.
+                unsafe { raw.copy_device_to_device(y, x, (n * 4) as u64, Some(queue)) }.unwrap();
                 let event = raw.event_create().unwrap();
                 raw.event_record(event, queue).unwrap();
                 // SAFETY: as above.
@@ -608,8 +608,8 @@ fn queues_threads_and_shared_memory_keep_the_driver_contracts() {
                         .unwrap();
                 }
                 // Freed while the queue may still use them: the layer frees after the work.
-                raw.free(x).unwrap();
-                raw.free(y).unwrap();
+                // SAFETY: nothing of this test uses them after; queued work keeps them alive.
+                unsafe { raw.free(x).and_then(|()| raw.free(y)) }.unwrap();
                 raw.event_synchronize(event).unwrap();
                 raw.queue_synchronize(queue).unwrap();
                 assert_eq!(
@@ -669,7 +669,7 @@ fn binaries_reach_the_driver_8_byte_aligned_wherever_the_caller_s_bytes_lie() {
             buffer[at..at + image.len()].copy_from_slice(image);
             let bytes = &buffer[at..at + image.len()];
             assert_ne!(bytes.as_ptr() as usize % 8, 0);
-            let program = device.load(bytes).unwrap();
+            let program = offload_tests::load(&device, bytes).unwrap();
             program.kernel("saxpy").unwrap();
         }
     }
@@ -700,7 +700,7 @@ fn a_compressed_entry_of_a_later_fat_binary_reaches_the_driver_in_its_own() {
         90,
         b"\x01\x02compressed saxpy\0",
     )]));
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     program.kernel("saxpy").unwrap();
     let lines = log_lines(&log);
     let loads: Vec<&String> = lines.iter().filter(|l| l.starts_with("load ")).collect();
@@ -727,7 +727,7 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
         &["--emit-ptx"],
         "back-to-back",
     );
-    let program = device.load(&add_k).unwrap();
+    let program = offload_tests::load(&device, &add_k).unwrap();
     let add = program.kernel("add_k").unwrap();
     let n = 1000usize;
     let dims = LaunchDims::for_elems(n as u64, 128).unwrap();
@@ -795,7 +795,7 @@ fn the_parameter_record_of_a_ptx_kernel_checks_launches_through_the_driver() {
         String::from_utf8_lossy(&ptx).contains("__offload_params_saxpy"),
         "the record is in the PTX"
     );
-    let program = device.load(&ptx).unwrap();
+    let program = offload_tests::load(&device, &ptx).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     let params = saxpy.params().unwrap().unwrap();
     assert_eq!(params.text, "int n, float a, const float x[n], float y[n]");
@@ -864,10 +864,10 @@ fn kernels_on_two_queues_that_share_a_buffer_run_at_the_same_time() {
     let device = rt.device("cuda", 0).unwrap();
     let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
                .visible .entry rendezvous(.param .u64 flags)\n{\n ret;\n}\n";
-    let program = device.load(ptx.as_bytes()).unwrap();
+    let program = offload_tests::load(&device, ptx.as_bytes()).unwrap();
     let kernel = program.kernel("rendezvous").unwrap();
     // SAFETY: the device API on this test's own allocation only.
-    let raw = unsafe { device.raw() }.clone();
+    let raw = unsafe { offload::raw::device(&device) }.clone();
     let flags = raw.alloc(64, MemoryKind::Device).unwrap();
     let queues = [raw.queue_create().unwrap(), raw.queue_create().unwrap()];
     for q in queues {
@@ -886,7 +886,8 @@ fn kernels_on_two_queues_that_share_a_buffer_run_at_the_same_time() {
         raw.queue_synchronize(q).unwrap();
         raw.queue_destroy(q).unwrap();
     }
-    raw.free(flags).unwrap();
+    // SAFETY: the test's own allocation, which its queues no longer use.
+    unsafe { raw.free(flags) }.unwrap();
     drop((kernel, program));
     let lines = log_lines(&log);
     assert_eq!(
@@ -1025,7 +1026,7 @@ fn after_a_non_sticky_failure_the_device_still_works() {
     let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
                .visible .entry bad(.param .u32 n)\n{\n ret;\n}\n\
                .visible .entry good(.param .u32 n)\n{\n ret;\n}\n";
-    let program = device.load(ptx.as_bytes()).unwrap();
+    let program = offload_tests::load(&device, ptx.as_bytes()).unwrap();
     for (name, ok) in [
         ("bad", false),
         ("good", true),
@@ -1064,7 +1065,7 @@ fn random_queued_work_on_several_threads_and_devices_matches_the_model() {
             let (rt, ptx) = (&rt, &ptx);
             s.spawn(move || {
                 let device = rt.device("cuda", d).unwrap();
-                let program = device.load(ptx).unwrap();
+                let program = offload_tests::load(&device, ptx).unwrap();
                 let add = program.kernel("add_k").unwrap();
                 check_random_queued_work(&device, &add, 0xc0da + d as u64);
             });
@@ -1114,12 +1115,14 @@ fn pointers_from_outside_the_plugin_reach_the_driver() {
     let device = rt.device("cuda", 0).unwrap();
     let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
                .visible .entry touch(.param .u64 p)\n{\n ret;\n}\n";
-    let program = device.load(ptx.as_bytes()).unwrap();
+    let program = offload_tests::load(&device, ptx.as_bytes()).unwrap();
     let k = program.kernel("touch").unwrap();
     let foreign = 0x7f00_dead_0000u64;
     // SAFETY: `touch` does nothing with its pointer.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &k,
             &LaunchDims::linear(1, 32),
             &[KernelArg::Ptr(offload::DevicePtr(foreign))],

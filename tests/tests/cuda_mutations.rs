@@ -96,7 +96,7 @@ fn mutated_cubins_ptx_and_fatbins_are_refused_or_loaded_never_crash() {
     for (n, (what, original)) in originals.iter().enumerate() {
         for i in 0..400usize {
             let image = mutate(original, i, &noise[3 * (i + 400 * n)..][..3]);
-            match device.load(&image) {
+            match offload_tests::load(&device, &image) {
                 Ok(program) => {
                     loaded += 1;
                     drop(program);

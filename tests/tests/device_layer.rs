@@ -34,9 +34,8 @@ fn saxpy_args(
 fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_kernel("saxpy")).unwrap()).unwrap();
     let k = program.kernel("saxpy").unwrap();
     let n = 1 << 20;
     let dims = LaunchDims::linear((n / 256) as u32, 256);
@@ -48,7 +47,8 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
         let (xp, yp) = (x.ptr(), y.ptr());
         std::thread::scope(|s| {
             // SAFETY: the buffers are as long as the kernel touches for these arguments.
-            let launcher = s.spawn(|| unsafe { program.launch(&k, &dims, &args) });
+            let launcher =
+                s.spawn(|| unsafe { offload::raw::launch(&program, None, &k, &dims, &args) });
             std::thread::sleep(std::time::Duration::from_millis(round % 4));
             drop(x);
             drop(y);
@@ -65,8 +65,9 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
         });
         // The freed addresses are gone for new work.
         // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-        let raw = unsafe { device.raw() };
-        assert!(raw.free(xp).is_err() && raw.free(yp).is_err());
+        let raw = unsafe { offload::raw::device(&device) };
+        // SAFETY: already freed: the layer refuses them (what the test checks).
+        assert!(unsafe { raw.free(xp).is_err() && raw.free(yp).is_err() });
     }
     println!(
         "{launched} launches ran over buffers freed under them, {refused} came after the free"
@@ -74,7 +75,7 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
 
     // Deterministic: the queue holds the buffers from the moment the work is accepted.
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() };
+    let raw = unsafe { offload::raw::device(&device) };
     let q = raw.queue_create().unwrap();
     let x = device.alloc_buffer((n * 4) as u64).unwrap();
     let y = device.alloc_buffer((n * 4) as u64).unwrap();
@@ -103,9 +104,7 @@ fn many_threads_launching_copying_and_freeing_at_random() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
     let program = Arc::new(
-        device
-            .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-            .unwrap(),
+        offload_tests::load(&device, &std::fs::read(host_kernel("saxpy")).unwrap()).unwrap(),
     );
     let k = &program.kernel("saxpy").unwrap();
     let threads = 4;
@@ -115,7 +114,7 @@ fn many_threads_launching_copying_and_freeing_at_random() {
             let (device, program) = (device.clone(), program.clone());
             s.spawn(move || {
                 // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-                let raw = unsafe { device.raw() }.clone();
+                let raw = unsafe { offload::raw::device(&device) }.clone();
                 let q = raw.queue_create().unwrap();
                 let mut seq =
                     offload_core::rand::XorShift(0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1));
@@ -138,7 +137,8 @@ fn many_threads_launching_copying_and_freeing_at_random() {
                             x.write(&xb).unwrap();
                             y.write(&yb).unwrap();
                             // SAFETY: the buffers are as long as the kernel touches for these arguments.
-                            unsafe { program.launch(k, &dims, &args) }.unwrap();
+                            unsafe { offload::raw::launch(&program, None, k, &dims, &args) }
+                                .unwrap();
                             y.read(&mut out).unwrap();
                         }
                         1 => {
@@ -167,12 +167,15 @@ fn many_threads_launching_copying_and_freeing_at_random() {
                             x.write(&xb).unwrap();
                             let scratch = device.alloc_buffer((n * 4) as u64).unwrap();
                             scratch.write(&yb).unwrap();
-                            raw.copy_device_to_device(
-                                y.ptr(),
-                                scratch.ptr(),
-                                (n * 4) as u64,
-                                Some(q),
-                            )
+                            // SAFETY: both buffers are this thread's own, as long as the copy.
+                            unsafe {
+                                raw.copy_device_to_device(
+                                    y.ptr(),
+                                    scratch.ptr(),
+                                    (n * 4) as u64,
+                                    Some(q),
+                                )
+                            }
                             .unwrap();
                             drop(scratch);
                             // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
@@ -206,12 +209,11 @@ fn many_threads_launching_copying_and_freeing_at_random() {
 fn events_order_work_across_queues_on_the_host() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_kernel("saxpy")).unwrap()).unwrap();
     let k = program.kernel("saxpy").unwrap();
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() };
+    let raw = unsafe { offload::raw::device(&device) };
     let (producer, consumer) = (raw.queue_create().unwrap(), raw.queue_create().unwrap());
     let n = 1 << 20;
     let x = device.alloc_buffer((n * 4) as u64).unwrap();
@@ -281,17 +283,34 @@ fn a_pointer_one_past_the_end_of_an_allocation_is_an_argument_of_it() {
     );
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let program = offload_tests::load(&device, &std::fs::read(so).unwrap()).unwrap();
     let k = program.kernel("fill_range").unwrap();
     let b = device.upload(&[0u32; 100]).unwrap();
     let end = |past: u64| KernelArg::Ptr(offload::DevicePtr(b.ptr().0 + 400 + past));
     // SAFETY: the kernel writes begin[0..end - begin), inside the buffer.
-    unsafe { program.launch(&k, &LaunchDims::linear(1, 128), &[b.arg(), end(0)]) }.unwrap();
+    unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &k,
+            &LaunchDims::linear(1, 128),
+            &[b.arg(), end(0)],
+        )
+    }
+    .unwrap();
     assert_eq!(b.to_vec().unwrap(), vec![7u32; 100]);
     // SAFETY: refused before anything runs.
-    let e = unsafe { program.launch(&k, &LaunchDims::linear(1, 128), &[b.arg(), end(4)]) }
-        .unwrap_err()
-        .to_string();
+    let e = unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &k,
+            &LaunchDims::linear(1, 128),
+            &[b.arg(), end(4)],
+        )
+    }
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains("argument 1") && e.contains("not inside any live allocation"),
         "{e}"

@@ -452,13 +452,12 @@ fn queue_operations_go_on_their_queues_tracks() {
     offload::diagnostics::init(Some(path.clone())).unwrap();
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device
-        .load(&std::fs::read(host_kernel("variant_a")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_kernel("variant_a")).unwrap()).unwrap();
     let kernel = program.kernel("which").unwrap();
     let buf = device.alloc_buffer(256).unwrap();
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() };
+    let raw = unsafe { offload::raw::device(&device) };
     let q = raw.queue_create().unwrap();
     // SAFETY: a test kernel on this test's own allocations, each as long as the kernel touches.
     unsafe {

@@ -145,7 +145,7 @@ fn offload_build_packs_every_target_into_one_container_each_device_picks_from() 
     // The host device picks its shared object (the parameter records come along) and runs it.
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device.load(&bytes).unwrap();
+    let program = offload_tests::load(&device, &bytes).unwrap();
     let mut x = device.upload(&[4.0f32; 8]).unwrap();
     program
         .kernel("scale")

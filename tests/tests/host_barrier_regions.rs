@@ -351,7 +351,9 @@ fn run(
     };
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            program,
+            None,
             &kernel,
             &dims,
             &[
@@ -430,8 +432,8 @@ fn has_symbol(bytes: &[u8], name: &str) -> bool {
 fn compare(seed: u64, so: &[u8], bc: &[u8], kernels: &[(String, usize)], c: &std::path::Path) {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let from_so = device.load(so).unwrap();
-    let from_bc = device.load(bc).unwrap();
+    let from_so = offload_tests::load(&device, so).unwrap();
+    let from_bc = offload_tests::load(&device, bc).unwrap();
     for (name, shape) in kernels {
         for items in [1u32, 8, 36, 64, 256] {
             let Some(block) = block_of(*shape, items) else {

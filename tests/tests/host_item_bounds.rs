@@ -137,7 +137,7 @@ fn launch(
         KernelArg::Ptr(out.ptr()),
     ];
     // SAFETY: `out` has one int per work item of the launch (the largest `id`), `p` two.
-    unsafe { program.launch(&kernel, dims, &args) }.unwrap();
+    unsafe { offload::raw::launch(program, None, &kernel, dims, &args) }.unwrap();
     let mut result = vec![0u8; (items * 4) as usize];
     out.read(&mut result).unwrap();
     result
@@ -151,8 +151,8 @@ fn generated_guards_give_the_shared_objects_results() {
     for seed in [0x5eed_0001u64, 0x5eed_0002] {
         let src = source(seed, KERNELS);
         let (so, bc) = host_kernel_from_source(&format!("gen-{seed:x}"), &src);
-        let so_p = device.load(&std::fs::read(&so).unwrap()).unwrap();
-        let bc_p = device.load(&std::fs::read(&bc).unwrap()).unwrap();
+        let so_p = offload_tests::load(&device, &std::fs::read(&so).unwrap()).unwrap();
+        let bc_p = offload_tests::load(&device, &std::fs::read(&bc).unwrap()).unwrap();
         let mut r = XorShift(seed ^ 0x9e37_79b9_7f4a_7c15);
         for k in 0..KERNELS {
             for _ in 0..3 {
@@ -281,7 +281,7 @@ fn a_load_after_a_guard_is_not_moved_before_it() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
     for image in [so, bc] {
-        let program = device.load(&std::fs::read(&image).unwrap()).unwrap();
+        let program = offload_tests::load(&device, &std::fs::read(&image).unwrap()).unwrap();
         let kernel = program.kernel("k").unwrap();
         let out = device.alloc_buffer(256 * 4).unwrap();
         let dims = LaunchDims {
@@ -295,7 +295,7 @@ fn a_load_after_a_guard_is_not_moved_before_it() {
             KernelArg::Ptr(out.ptr()),
         ];
         // SAFETY: with n = 0 the kernel touches no memory.
-        unsafe { program.launch(&kernel, &dims, &args) }
+        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }
             .unwrap_or_else(|e| panic!("{}: {e}", image.display()));
     }
 }

@@ -273,7 +273,7 @@ fn every_work_item_sees_its_own_ids_in_three_dimensions() {
     let rt = host_runtime();
     let image = std::fs::read(host_kernel("ids")).unwrap();
     let device = rt.route(&image).unwrap();
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let kernel = program.kernel("ids").unwrap();
     let dims = LaunchDims {
         grid: [3, 2, 2],
@@ -283,7 +283,8 @@ fn every_work_item_sees_its_own_ids_in_three_dimensions() {
     let items = (dims.blocks() * dims.threads_per_block()) as usize;
     let buf = device.alloc_buffer((items * 12 * 4) as u64).unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
-    unsafe { program.launch(&kernel, &dims, &[KernelArg::Ptr(buf.ptr())]) }.unwrap();
+    unsafe { offload::raw::launch(&program, None, &kernel, &dims, &[KernelArg::Ptr(buf.ptr())]) }
+        .unwrap();
     let mut raw = vec![0u8; items * 48];
     buf.read(&mut raw).unwrap();
     let got: Vec<u32> = raw

@@ -58,9 +58,8 @@ fn worker_states() -> Vec<char> {
 fn child() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_kernel("saxpy")).unwrap()).unwrap();
     let kernel = program.kernel("saxpy").unwrap();
     let n = 1usize << 18;
     let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -84,7 +83,7 @@ fn child() {
     ];
     for _ in 0..50 {
         // SAFETY: both buffers hold n floats, the kernel's extent.
-        unsafe { program.launch(&kernel, &dims, &args) }.unwrap();
+        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }.unwrap();
     }
     let mut out = vec![0u8; n * 4];
     dy.read(&mut out).unwrap();

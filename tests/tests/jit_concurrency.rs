@@ -32,7 +32,7 @@ fn sixteen_threads_on_four_devices_compile_the_same_bitcode_once() {
                 // Each thread loads from its own copy: equal contents, different addresses.
                 let mine = bitcode.clone();
                 barrier.wait();
-                let program = device.load(&mine).unwrap();
+                let program = offload_tests::load(&device, &mine).unwrap();
                 let k = program.kernel("saxpy").unwrap();
                 let x = device.alloc_buffer((n * 4) as u64).unwrap();
                 let y = device.alloc_buffer((n * 4) as u64).unwrap();
@@ -41,7 +41,9 @@ fn sixteen_threads_on_four_devices_compile_the_same_bitcode_once() {
                 y.write(&f32_bytes(&vec![t as f32; n])).unwrap();
                 // SAFETY: the buffers are as long as the kernel touches for these arguments.
                 unsafe {
-                    program.launch(
+                    offload::raw::launch(
+                        &program,
+                        None,
                         &k,
                         &LaunchDims::linear(n.div_ceil(64) as u32, 64),
                         &[

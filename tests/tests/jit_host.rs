@@ -147,7 +147,9 @@ fn bad_bitcode_gives_clear_errors_and_the_process_survives() {
         ),
     ];
     for (case, image, want) in cases {
-        let e = device.load(&image).map(|_| ()).unwrap_err();
+        let e = offload_tests::load(&device, &image)
+            .map(|_| ())
+            .unwrap_err();
         assert!(
             e.to_string().contains(want),
             "{case}: '{e}' should contain '{want}'"
@@ -158,7 +160,7 @@ fn bad_bitcode_gives_clear_errors_and_the_process_survives() {
         );
     }
     // Still works.
-    let p = device.load(&good).unwrap();
+    let p = offload_tests::load(&device, &good).unwrap();
     p.kernel("saxpy").unwrap();
 
     let dir = scratch("bad-bitcode-cli");

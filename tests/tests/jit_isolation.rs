@@ -651,7 +651,10 @@ fn hundreds_of_mutated_bitcode_images_never_signal_the_caller() {
     }
     assert_eq!(loaded + refused, 300);
     // The process is alive and still compiles the original.
-    device.load(&bitcode).unwrap().kernel("saxpy").unwrap();
+    offload_tests::load(&device, &bitcode)
+        .unwrap()
+        .kernel("saxpy")
+        .unwrap();
 }
 
 /// Loads `n` seeded mutants of the saxpy kernel's bitcode and IR (bytes flipped, truncated,
@@ -700,7 +703,7 @@ fn load_mutants(
                 m.splice(at..at, chunk);
             }
         }
-        match device.load(&m) {
+        match offload_tests::load(device, &m) {
             Ok(_) => loaded += 1,
             Err(e) => {
                 refused += 1;

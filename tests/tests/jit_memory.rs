@@ -10,7 +10,7 @@ fn ten_thousand_cached_load_unload_cycles_keep_memory_flat() {
     let slot = rt.plugin("host").unwrap();
     let bitcode = std::fs::read(host_bitcode("saxpy")).unwrap();
     let cycle = || {
-        let program = device.load(&bitcode).unwrap();
+        let program = offload_tests::load(&device, &bitcode).unwrap();
         program.kernel("saxpy").unwrap();
     };
     // Warm up: the first compile, the loader's caches, the allocator's arenas.

@@ -83,14 +83,14 @@ fn launch(program: &offload::Program, name: &str, items: u32, args: &[KernelArg]
     };
     // SAFETY: every pointer argument is a buffer of at least `items` words (16 for the
     // `counts` kernels, which touch 16), and the kernels stop at `n`.
-    unsafe { program.launch(&kernel, &dims, args) }.unwrap();
+    unsafe { offload::raw::launch(program, None, &kernel, &dims, args) }.unwrap();
 }
 
 /// Runs every kernel of one image (`kernels` of them) on the same inputs; returns each
 /// kernel's output, the `counts` kernels' last.
 fn run_all(device: &offload::Device, image: &Path, kernels: usize, seed: u64) -> Vec<Vec<u8>> {
     const N: u32 = 300;
-    let program = device.load(&std::fs::read(image).unwrap()).unwrap();
+    let program = offload_tests::load(device, &std::fs::read(image).unwrap()).unwrap();
     let mut r = XorShift(seed);
     let input: Vec<u32> = (0..N + 20).map(|_| r.next_u64() as u32).collect();
     let x = device.alloc_buffer(u64::from(N + 20) * 4).unwrap();

@@ -8,9 +8,7 @@ use offload_tests::*;
 
 /// Loads `kernels/<name>.c`, built for the host, on `device`.
 fn load(device: &offload::Device, name: &str) -> offload::Program {
-    device
-        .load(&std::fs::read(host_kernel(name)).unwrap())
-        .unwrap()
+    offload_tests::load(device, &std::fs::read(host_kernel(name)).unwrap()).unwrap()
 }
 
 fn saxpy_reference(a: f32, x: &[f32], y: &[f32]) -> Vec<f32> {
@@ -177,7 +175,7 @@ fn a_kernel_without_a_record_runs_only_unchecked() {
            unsigned i = offload_global_id_x(); if (i < (unsigned)n) y[i] *= 2.0f; }\n",
     );
     let (_rt, device) = host();
-    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let program = offload_tests::load(&device, &std::fs::read(so).unwrap()).unwrap();
     let k = program.kernel("twice").unwrap();
     assert!(k.params().is_none());
     let mut y = device.upload(&[1.5f32; 32]).unwrap();
@@ -313,7 +311,7 @@ fn extents_of_several_parameters_and_expressions_are_checked() {
          OFFLOAD_PARAMS(blur, int nx, int ny, const float in[nx * ny + nx + 2], float out[nx * ny]);\n",
     );
     let (_rt, device) = host();
-    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let program = offload_tests::load(&device, &std::fs::read(so).unwrap()).unwrap();
     let blur = program.kernel("blur").unwrap();
     let (nx, ny) = (8, 5);
     let input: Vec<f32> = (0..nx * ny + nx + 2).map(|i| i as f32).collect();
@@ -362,7 +360,7 @@ fn launches_with_more_arguments_than_the_builder_keeps_inline_are_checked_the_sa
                         const float x[4], float y[n]);\n",
     );
     let (_rt, device) = host();
-    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let program = offload_tests::load(&device, &std::fs::read(so).unwrap()).unwrap();
     let nine = program.kernel("nine").unwrap();
     let x = device.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
     let short_x = device.upload(&[1.0f32, 2.0, 3.0]).unwrap();
@@ -428,7 +426,7 @@ fn unreadable_records_are_reported_by_the_checked_launch_only() {
          __attribute__((used, visibility(\"default\"))) const char __offload_params_k2[] = \"int n, float y[n] %\";\n",
     );
     let (_rt, device) = host();
-    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let program = offload_tests::load(&device, &std::fs::read(so).unwrap()).unwrap();
     let mut y = device.upload(&[0.0f32; 4]).unwrap();
     for (k, want) in [
         (
@@ -475,7 +473,7 @@ fn mutated_records_in_the_image_never_crash_the_process() {
             let i = at + (rng.next_u64() % text.len() as u64) as usize;
             image[i] = alphabet[(rng.next_u64() % alphabet.len() as u64) as usize];
         }
-        let program = device.load(&image).unwrap();
+        let program = offload_tests::load(&device, &image).unwrap();
         let k = program.kernel("saxpy").unwrap();
         let dx = device.upload(&[1.0f32; 64]).unwrap();
         let mut dy = device.upload(&[1.0f32; 64]).unwrap();
@@ -499,9 +497,8 @@ fn mutated_records_in_the_image_never_crash_the_process() {
 #[test]
 fn bitcode_kernels_carry_the_same_record_through_the_jit() {
     let (_rt, device) = host();
-    let program = device
-        .load(&std::fs::read(host_bitcode("saxpy")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_bitcode("saxpy")).unwrap()).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     assert!(
         matches!(saxpy.params(), Some(Ok(_))),
@@ -658,7 +655,7 @@ fn typed_kernels_are_checked_once_and_launch_with_tuples() {
            unsigned i = offload_global_id_x(); if (i < (unsigned)n) x[i] *= a; }\n\
          OFFLOAD_PARAMS(scale, int n, float a, float x[n]);\n",
     );
-    let p2 = device.load(&std::fs::read(scale).unwrap()).unwrap();
+    let p2 = offload_tests::load(&device, &std::fs::read(scale).unwrap()).unwrap();
     let scale = p2.kernel("scale").unwrap();
     let mut z = device.upload(&[1.0f32; 10]).unwrap();
     let (lo, hi) = z.split_at_mut(4).unwrap();
@@ -698,7 +695,7 @@ fn globals_are_typed_views_for_copies_and_arguments() {
          OFFLOAD_PARAMS(sum_into, int n, const float in[n], float acc[n]);\n",
     );
     let (_rt, device) = host();
-    let program = device.load(&std::fs::read(so).unwrap()).unwrap();
+    let program = offload_tests::load(&device, &std::fs::read(so).unwrap()).unwrap();
     let lookup = program.kernel("lookup").unwrap();
     let sum_into = program.kernel("sum_into").unwrap();
     let values: Vec<f32> = (0..16).map(|i| i as f32 * 1.5).collect();

@@ -93,7 +93,9 @@ fn run_reverse(
     dims.shared_mem_bytes = shared;
     // SAFETY: both buffers hold groups * l words, all the kernel touches.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            program,
+            None,
             k,
             &dims,
             &[KernelArg::Ptr(inb.ptr()), KernelArg::Ptr(out.ptr()), local],
@@ -139,7 +141,7 @@ fn saxpy_from_spirv_runs_with_every_argument_byte_as_the_kernel_declares_it() {
     let log = log_file("saxpy");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device.load(&spirv("saxpy")).unwrap();
+    let program = offload_tests::load(&device, &spirv("saxpy")).unwrap();
     let k = program.kernel("saxpy").unwrap();
     let n = 1000usize;
     let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -147,7 +149,9 @@ fn saxpy_from_spirv_runs_with_every_argument_byte_as_the_kernel_declares_it() {
     let yb = device.upload(&vec![1.0f32; n]).unwrap();
     // SAFETY: both buffers hold n floats, all the kernel touches.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &k,
             &LaunchDims::for_elems(n as u64, 128).unwrap(),
             &[
@@ -185,7 +189,7 @@ fn a_barrier_kernel_gets_local_memory_of_the_size_the_launch_passes() {
     let log = log_file("reverse");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device.load(&spirv("reverse")).unwrap();
+    let program = offload_tests::load(&device, &spirv("reverse")).unwrap();
     let k = program.kernel("reverse").unwrap();
     let launch = |local: KernelArg, shared: u32| {
         run_reverse(&device, &program, &k, (16, 256), local, shared)
@@ -243,7 +247,7 @@ fn random_queued_work_on_several_threads_matches_the_model() {
     let log = log_file("queued");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device.load(&spirv("add_k")).unwrap();
+    let program = offload_tests::load(&device, &spirv("add_k")).unwrap();
     let add = program.kernel("add_k").unwrap();
     check_random_queued_work(&device, &add, 0x1e0e);
     drop((add, program, device));
@@ -265,7 +269,7 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
     let log = log_file("back-to-back");
     let rt = in_process(&log, &[("FAKE_ZE_DELAY_US", "3000")]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device.load(&spirv("add_k")).unwrap();
+    let program = offload_tests::load(&device, &spirv("add_k")).unwrap();
     let add = program.kernel("add_k").unwrap();
     let n = 1000usize;
     let dims = LaunchDims::for_elems(n as u64, 128).unwrap();
@@ -320,12 +324,14 @@ fn a_native_binary_loads_and_runs() {
     let zebin = synthetic_zebin(&[("add_k", 3, 0), ("other", 1, 0)], None);
     // Routed by its ELF machine.
     assert_eq!(rt.route(&zebin).unwrap().plugin_name(), "level-zero");
-    let program = device.load(&zebin).unwrap();
+    let program = offload_tests::load(&device, &zebin).unwrap();
     let add = program.kernel("add_k").unwrap();
     let x = device.upload(&[5u32; 64]).unwrap();
     // SAFETY: add_k touches x[0..64).
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &add,
             &LaunchDims::linear(1, 64),
             &[
@@ -340,7 +346,9 @@ fn a_native_binary_loads_and_runs() {
     // Without SPIR-V to read, the driver's parameter count still refuses a short launch.
     // SAFETY: refused before anything runs.
     let e = unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &add,
             &LaunchDims::linear(1, 64),
             &[KernelArg::I32(64), KernelArg::U32(3)],
@@ -377,9 +385,11 @@ fn a_native_binary_s_local_parameters_come_from_its_ze_info() {
     let log = log_file("zebin-local");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device
-        .load(&synthetic_zebin(&[("reverse", 3, 0b100)], Some(ze_info)))
-        .unwrap();
+    let program = offload_tests::load(
+        &device,
+        &synthetic_zebin(&[("reverse", 3, 0b100)], Some(ze_info)),
+    )
+    .unwrap();
     let k = program.kernel("reverse").unwrap();
     let launch = |local: KernelArg| run_reverse(&device, &program, &k, (4, 64), local, 0);
     launch(KernelArg::U32(64 * 4)).unwrap();
@@ -405,7 +415,7 @@ fn wrong_arguments_and_group_sizes_are_refused_before_the_driver_sees_them() {
     let log = log_file("refusals");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device.load(&spirv("saxpy")).unwrap();
+    let program = offload_tests::load(&device, &spirv("saxpy")).unwrap();
     let k = program.kernel("saxpy").unwrap();
     let y = device.alloc::<f32>(64).unwrap();
     let dims = LaunchDims::linear(1, 64);
@@ -432,13 +442,15 @@ fn wrong_arguments_and_group_sizes_are_refused_before_the_driver_sees_them() {
     ];
     for (args, says) in cases {
         // SAFETY: refused before anything runs.
-        let e = unsafe { program.launch(&k, &dims, &args) }
+        let e = unsafe { offload::raw::launch(&program, None, &k, &dims, &args) }
             .unwrap_err()
             .to_string();
         assert!(e.contains(says), "want '{says}': {e}");
     }
     // A GLCompute module has no kernel; a name that is not an entry point lists the kernels.
-    let e = device.load(&spirv("compute")).unwrap_err().to_string();
+    let e = offload_tests::load(&device, &spirv("compute"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("no kernel"), "{e}");
     let e = program.kernel("saxpy2").unwrap_err().to_string();
     assert!(e.contains("its kernels: saxpy"), "{e}");
@@ -463,9 +475,8 @@ fn build_failures_carry_the_driver_s_log_and_faults_lose_the_device() {
     let text = std::fs::read_to_string(repo_root().join("tests/spirv/fault.spvasm"))
         .unwrap()
         .replace("\"fault\"", "\"does_not_build\"");
-    let e = device
-        .load(&spirv_from_text("does-not-build", &text, true))
-        .unwrap_err();
+    let e =
+        offload_tests::load(&device, &spirv_from_text("does-not-build", &text, true)).unwrap_err();
     assert!(matches!(e, offload::Error::InvalidImage(_)), "{e:?}");
     let m = e.to_string();
     assert!(m.contains("ZE_RESULT_ERROR_MODULE_BUILD_FAILURE"), "{m}");
@@ -477,11 +488,19 @@ fn build_failures_carry_the_driver_s_log_and_faults_lose_the_device() {
         &m[m.len().saturating_sub(80)..]
     );
     // A kernel that faults: the wait reports the lost device, and so does the next one.
-    let program = device.load(&spirv("fault")).unwrap();
+    let program = offload_tests::load(&device, &spirv("fault")).unwrap();
     let k = program.kernel("fault").unwrap();
     // SAFETY: the kernel's write faults on the (fake) GPU, which is what is tested.
-    let e =
-        unsafe { program.launch(&k, &LaunchDims::linear(1, 1), &[KernelArg::I32(0)]) }.unwrap_err();
+    let e = unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &k,
+            &LaunchDims::linear(1, 1),
+            &[KernelArg::I32(0)],
+        )
+    }
+    .unwrap_err();
     assert!(matches!(e, offload::Error::DeviceFailure(_)), "{e:?}");
     assert!(e.to_string().contains("ZE_RESULT_ERROR_DEVICE_LOST"), "{e}");
     let x = device.upload(&[1u32; 16]);
@@ -496,7 +515,7 @@ fn memory_kinds_work_as_kernel_arguments_and_out_of_memory_names_the_call() {
     let log = log_file("memory");
     let rt = in_process(&log, &[("FAKE_ZE_MEMORY", "1048576")]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device.load(&spirv("add_k")).unwrap();
+    let program = offload_tests::load(&device, &spirv("add_k")).unwrap();
     let add = program.kernel("add_k").unwrap();
     for kind in ["host", "shared"] {
         let mut buf = if kind == "host" {
@@ -544,7 +563,7 @@ fn a_kernel_s_parameter_record_is_a_global_of_its_module_and_checks_launches() {
     let log = log_file("record");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
-    let program = device.load(&spirv("add_k")).unwrap();
+    let program = offload_tests::load(&device, &spirv("add_k")).unwrap();
     let text = String::from_utf8(
         program
             .global::<u8>("__offload_params_add_k")
@@ -624,7 +643,7 @@ fn a_container_gives_the_gpu_its_spirv_entry() {
             arch: "",
         },
     ]);
-    let program = device.load(&both).unwrap();
+    let program = offload_tests::load(&device, &both).unwrap();
     let add = program.kernel("add_k").unwrap();
     let mut x = device.upload(&[2u32; 32]).unwrap();
     add.launch(LaunchDims::linear(1, 32))
@@ -639,7 +658,9 @@ fn a_container_gives_the_gpu_its_spirv_entry() {
         triple: "x86_64-unknown-linux-gnu",
         arch: "",
     }]);
-    let e = device.load(&host_only).unwrap_err().to_string();
+    let e = offload_tests::load(&device, &host_only)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("none fits level-zero:0") && e.contains("for another target"),
         "{e}"
@@ -658,7 +679,7 @@ fn kernel_limits_structs_by_value_and_unreadable_entry_points_are_refused_with_t
     let text = std::fs::read_to_string(repo_root().join("tests/spirv/saxpy.spvasm"))
         .unwrap()
         .replace("\"saxpy\"", "\"heavy\"");
-    let program = device.load(&spirv_from_text("heavy", &text, true)).unwrap();
+    let program = offload_tests::load(&device, &spirv_from_text("heavy", &text, true)).unwrap();
     let k = program.kernel("heavy").unwrap();
     let y = device.alloc::<f32>(512).unwrap();
     let args = [
@@ -668,13 +689,14 @@ fn kernel_limits_structs_by_value_and_unreadable_entry_points_are_refused_with_t
         KernelArg::Ptr(y.ptr()),
     ];
     // SAFETY: refused before anything runs.
-    let e = unsafe { program.launch(&k, &LaunchDims::linear(1, 512), &args) }
+    let e = unsafe { offload::raw::launch(&program, None, &k, &LaunchDims::linear(1, 512), &args) }
         .unwrap_err()
         .to_string();
     assert!(e.contains("runs at most 256 threads per block"), "{e}");
     assert!(e.contains("maxNumSubgroups x maxSubgroupSize"), "{e}");
     // SAFETY: y holds the 512 floats the kernel touches.
-    unsafe { program.launch(&k, &LaunchDims::linear(2, 256), &args) }.unwrap();
+    unsafe { offload::raw::launch(&program, None, &k, &LaunchDims::linear(2, 256), &args) }
+        .unwrap();
     // A struct passed by value (a Function-storage pointer parameter, as llvm-spirv writes
     // one): not a pointer the launch may pass.
     let by_value = "OpCapability Addresses\nOpCapability Kernel\nOpCapability Int64\n\
@@ -684,14 +706,21 @@ fn kernel_limits_structs_by_value_and_unreadable_entry_points_are_refused_with_t
         %ptr_s = OpTypePointer Function %S\n%fnty = OpTypeFunction %void %ptr_s\n\
         %k = OpFunction %void None %fnty\n%s = OpFunctionParameter %ptr_s\n\
         %entry = OpLabel\nOpReturn\nOpFunctionEnd\n";
-    let program2 = device
-        .load(&spirv_from_text("by-value", by_value, true))
-        .unwrap();
+    let program2 =
+        offload_tests::load(&device, &spirv_from_text("by-value", by_value, true)).unwrap();
     let k2 = program2.kernel("takes_struct").unwrap();
     // SAFETY: refused before anything runs.
-    let e = unsafe { program2.launch(&k2, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(y.ptr())]) }
-        .unwrap_err()
-        .to_string();
+    let e = unsafe {
+        offload::raw::launch(
+            &program2,
+            None,
+            &k2,
+            &LaunchDims::linear(1, 1),
+            &[KernelArg::Ptr(y.ptr())],
+        )
+    }
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("a struct passed by value"), "{e}");
     // An entry point whose id is no function: its parameters cannot be read, so no launch
     // could be checked: refused at the lookup.
@@ -706,7 +735,7 @@ fn kernel_limits_structs_by_value_and_unreadable_entry_points_are_refused_with_t
     let int_at = (5..words.len()).find(|&i| words[i] & 0xffff == 21).unwrap();
     words[at + 2] = words[int_at + 1];
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let program3 = device.load(&bytes).unwrap();
+    let program3 = offload_tests::load(&device, &bytes).unwrap();
     let e = program3.kernel("saxpy").unwrap_err().to_string();
     assert!(e.contains("names no function"), "{e}");
     drop((y, k, k2, program, program2, program3));
@@ -725,11 +754,13 @@ fn the_gpus_of_one_driver_share_its_context() {
         rt.device("level-zero", 1).unwrap(),
     );
     let x = d0.upload(&[1u32; 64]).unwrap();
-    let program = d1.load(&spirv("add_k")).unwrap();
+    let program = offload_tests::load(&d1, &spirv("add_k")).unwrap();
     let add = program.kernel("add_k").unwrap();
     // SAFETY: add_k touches x[0..64); device 0's memory is reachable in the shared context.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &add,
             &LaunchDims::linear(1, 64),
             &[

@@ -88,7 +88,9 @@ fn the_host_plugin_refuses_each_malformed_image_when_asked_directly() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
     for (case, image, want) in cases() {
-        let e = device.load(&image).map(|_| ()).unwrap_err();
+        let e = offload_tests::load(&device, &image)
+            .map(|_| ())
+            .unwrap_err();
         assert!(matches!(e, Error::InvalidImage(_)), "{case}: {e:?}");
         let want = if want.starts_with("no loaded plugin") {
             "e_machine"
@@ -101,7 +103,7 @@ fn the_host_plugin_refuses_each_malformed_image_when_asked_directly() {
         );
     }
     // The good image still loads after all that.
-    device.load(&saxpy()).unwrap();
+    offload_tests::load(&device, &saxpy()).unwrap();
 }
 
 #[test]
@@ -170,7 +172,7 @@ fn thousands_of_mutated_images_never_panic_the_checks() {
             }
         }
         // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-        match unsafe { device.raw() }.check_image(&image) {
+        match unsafe { offload::raw::device(&device) }.check_image(&image) {
             Ok(()) => accepted += 1,
             Err(Error::PluginPanic(m)) => panic!("mutation {i} panicked the plugin: {m}"),
             Err(_) => refused += 1,

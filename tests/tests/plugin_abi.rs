@@ -117,12 +117,14 @@ fn images_for_the_new_backend_are_routed_to_it() {
     let image = synthetic_elf(TESTDEV_MACHINE, &["fill", "panic"]);
     let device = rt.route(&image).unwrap();
     assert_eq!(device.to_string(), "testdev:0");
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let k = program.kernel("fill").unwrap();
     let buf = device.alloc_buffer(4 * 12).unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &k,
             &LaunchDims {
                 grid: [2, 1, 1],
@@ -148,7 +150,8 @@ fn images_for_the_new_backend_are_routed_to_it() {
     // A panic inside a plugin call is an error; the process and the plugin survive.
     let p = program.kernel("panic").unwrap();
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { program.launch(&p, &LaunchDims::linear(1, 1), &[]) }.unwrap_err();
+    let e = unsafe { offload::raw::launch(&program, None, &p, &LaunchDims::linear(1, 1), &[]) }
+        .unwrap_err();
     assert!(matches!(e, Error::PluginPanic(_)), "{e:?}");
     assert!(
         e.to_string()
@@ -156,7 +159,16 @@ fn images_for_the_new_backend_are_routed_to_it() {
         "{e}"
     );
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
-    unsafe { program.launch(&k, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())]) }.unwrap();
+    unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &k,
+            &LaunchDims::linear(1, 1),
+            &[KernelArg::Ptr(buf.ptr())],
+        )
+    }
+    .unwrap();
 
     // Through the command as well.
     let dir = scratch("testdev-run");
@@ -271,12 +283,14 @@ fn word_arguments_go_only_to_plugins_that_speak_abi_1_4() {
     let image = synthetic_elf(TESTDEV_MACHINE, &["fill"]);
     let fill = |rt: &Runtime| {
         let device = rt.route(&image).unwrap();
-        let program = device.load(&image).unwrap();
+        let program = offload_tests::load(&device, &image).unwrap();
         let k = program.kernel("fill").unwrap();
         let buf = device.alloc_buffer(16).unwrap();
         // SAFETY: the testdev plugin's fill kernel writes 4 u32s into the 16-byte buffer (or refuses words).
         let r = unsafe {
-            program.launch(
+            offload::raw::launch(
+                &program,
+                None,
                 &k,
                 &LaunchDims::linear(1, 4),
                 &[KernelArg::U32(7), KernelArg::Word(buf.ptr().0)],
@@ -377,16 +391,29 @@ fn handles_are_bound_to_their_owner() {
         rt.device("testdev", 1).unwrap(),
     );
     let image = synthetic_elf(TESTDEV_MACHINE, &["fill", "other"]);
-    let (a, b) = (d0.load(&image).unwrap(), d0.load(&image).unwrap());
+    let (a, b) = (
+        offload_tests::load(&d0, &image).unwrap(),
+        offload_tests::load(&d0, &image).unwrap(),
+    );
     let ka = a.kernel("fill").unwrap();
     let buf = d0.alloc_buffer(64).unwrap();
     // A kernel of program A launched as program B's.
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { b.launch(&ka, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())]) }
-        .unwrap_err();
+    let e = unsafe {
+        offload::raw::launch(
+            &b,
+            None,
+            &ka,
+            &LaunchDims::linear(1, 1),
+            &[KernelArg::Ptr(buf.ptr())],
+        )
+    }
+    .unwrap_err();
     assert!(e.to_string().contains("belongs to program"), "{e}");
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let (r0, r1) = (unsafe { d0.raw() }, unsafe { d1.raw() });
+    let (r0, r1) = (unsafe { offload::raw::device(&d0) }, unsafe {
+        offload::raw::device(&d1)
+    });
     // A program of device 0 used on device 1.
     let e = r1.kernel(a.handle(), "fill").unwrap_err().to_string();
     assert!(
@@ -453,29 +480,38 @@ fn handles_are_bound_to_their_owner() {
             .contains("event was destroyed")
     );
     // Memory of device 0 passed to a launch, or freed, on device 1.
-    let p1 = d1.load(&image).unwrap();
+    let p1 = offload_tests::load(&d1, &image).unwrap();
     let k1 = p1.kernel("fill").unwrap();
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { p1.launch(&k1, &LaunchDims::linear(1, 1), &[KernelArg::Ptr(buf.ptr())]) }
-        .unwrap_err()
-        .to_string();
+    let e = unsafe {
+        offload::raw::launch(
+            &p1,
+            None,
+            &k1,
+            &LaunchDims::linear(1, 1),
+            &[KernelArg::Ptr(buf.ptr())],
+        )
+    }
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains("not inside any live allocation or global of testdev:1"),
         "{e}"
     );
-    assert!(r1.free(buf.ptr()).is_err());
+    // SAFETY: device 1 refuses device 0's buffer (what the test checks).
+    assert!(unsafe { r1.free(buf.ptr()) }.is_err());
     let raw_ptr = r0.alloc(16, offload::MemoryKind::Device).unwrap();
-    r0.free(raw_ptr).unwrap();
-    assert!(
-        r0.free(raw_ptr)
-            .unwrap_err()
-            .to_string()
-            .contains("double free")
-    );
+    // SAFETY: the test's own allocation; the second free is refused (what the test checks).
+    unsafe { r0.free(raw_ptr) }.unwrap();
+    // SAFETY: as above.
+    let twice = unsafe { r0.free(raw_ptr) };
+    assert!(twice.unwrap_err().to_string().contains("double free"));
     // The right combinations still work.
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        a.launch(
+        offload::raw::launch(
+            &a,
+            None,
             &ka,
             &LaunchDims::linear(1, 4),
             &[KernelArg::U32(1), KernelArg::Ptr(buf.ptr())],
@@ -488,16 +524,15 @@ fn handles_are_bound_to_their_owner() {
 fn a_failed_queue_reports_its_error_and_refuses_work_until_recreated() {
     let rt = both_runtime();
     let d = rt.device("testdev", 0).unwrap();
-    let program = d
-        .load(&synthetic_elf(TESTDEV_MACHINE, &["fill", "panic"]))
-        .unwrap();
+    let program =
+        offload_tests::load(&d, &synthetic_elf(TESTDEV_MACHINE, &["fill", "panic"])).unwrap();
     let (fill, panic) = (
         program.kernel("fill").unwrap(),
         program.kernel("panic").unwrap(),
     );
     let buf = d.alloc_buffer(64).unwrap();
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { d.raw() };
+    let raw = unsafe { offload::raw::device(&d) };
     let q = raw.queue_create().unwrap();
     let dims = LaunchDims::linear(1, 4);
     let args = [KernelArg::U32(9), KernelArg::Ptr(buf.ptr())];

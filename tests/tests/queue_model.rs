@@ -10,9 +10,8 @@ use offload_tests::*;
 fn random_queued_and_synchronous_work_on_shared_buffers_matches_a_model() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device
-        .load(&std::fs::read(host_kernel("add_k")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_kernel("add_k")).unwrap()).unwrap();
     let add = program.kernel("add_k").unwrap();
     check_random_queued_work(&device, &add, 0);
 }

@@ -18,7 +18,7 @@ fn eight_threads_launching_concurrently_on_one_device_all_get_correct_results() 
     let rt = host_runtime();
     let image = std::fs::read(host_kernel("saxpy")).unwrap();
     let device = rt.device("host", 0).unwrap();
-    let program = Arc::new(device.load(&image).unwrap());
+    let program = Arc::new(offload_tests::load(&device, &image).unwrap());
     let n = 50_001usize;
     std::thread::scope(|s| {
         for t in 0..8u32 {
@@ -35,7 +35,9 @@ fn eight_threads_launching_concurrently_on_one_device_all_get_correct_results() 
                     dy.write(&f32_bytes(&y)).unwrap();
                     // SAFETY: the buffers are as long as the kernel touches for these arguments.
                     unsafe {
-                        program.launch(
+                        offload::raw::launch(
+                            &program,
+                            None,
                             &kernel,
                             &LaunchDims::linear(n.div_ceil(128) as u32, 128),
                             &[
@@ -66,10 +68,10 @@ fn a_queue_runs_copies_and_launches_in_order_asynchronously() {
     let rt = host_runtime();
     let image = std::fs::read(host_kernel("saxpy")).unwrap();
     let device = rt.device("host", 0).unwrap();
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let kernel = program.kernel("saxpy").unwrap();
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() };
+    let raw = unsafe { offload::raw::device(&device) };
     let n = 10_000usize;
     let x: Vec<u8> = f32_bytes(&(0..n).map(|i| i as f32).collect::<Vec<_>>());
     let y: Vec<u8> = f32_bytes(&vec![1.0; n]);
@@ -132,7 +134,7 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
     let rt = host_runtime();
     let image = std::fs::read(host_kernel("saxpy")).unwrap();
     let device = rt.device("host", 0).unwrap();
-    let program = device.load(&image).unwrap();
+    let program = offload_tests::load(&device, &image).unwrap();
     let kernel = program.kernel("saxpy").unwrap();
     let buf = device.alloc_buffer(64).unwrap();
     let args = |p: u64| {
@@ -144,21 +146,45 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
         ]
     };
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { program.launch(&kernel, &LaunchDims::linear(1, 16), &args(0xdead_0000)) }
-        .unwrap_err();
+    let e = unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &kernel,
+            &LaunchDims::linear(1, 16),
+            &args(0xdead_0000),
+        )
+    }
+    .unwrap_err();
     assert!(e.to_string().contains("argument 3"), "{e}");
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { program.launch(&kernel, &LaunchDims::linear(0, 16), &args(buf.ptr().0)) }
-        .unwrap_err();
+    let e = unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &kernel,
+            &LaunchDims::linear(0, 16),
+            &args(buf.ptr().0),
+        )
+    }
+    .unwrap_err();
     assert!(e.to_string().contains("grid dimension x is 0"), "{e}");
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { program.launch(&kernel, &LaunchDims::linear(1, 2048), &args(buf.ptr().0)) }
-        .unwrap_err();
+    let e = unsafe {
+        offload::raw::launch(
+            &program,
+            None,
+            &kernel,
+            &LaunchDims::linear(1, 2048),
+            &args(buf.ptr().0),
+        )
+    }
+    .unwrap_err();
     assert!(e.to_string().contains("at most 1024"), "{e}");
     assert!(buf.write(&[0u8; 65]).is_err());
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let e = unsafe { device.raw() }
-        .free(offload::DevicePtr(buf.ptr().0 + 8))
+    // The layer refuses it (what the test checks).
+    let e = unsafe { offload::raw::device(&device).free(offload::DevicePtr(buf.ptr().0 + 8)) }
         .unwrap_err();
     assert!(
         e.to_string().contains("not the start of a live allocation"),
@@ -170,7 +196,7 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
     // Functions the image merely imports (from libc) are not kernels.
     assert!(program.kernel("memcpy").is_err());
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let e = unsafe { device.raw() }
+    let e = unsafe { offload::raw::device(&device) }
         .alloc(u64::MAX / 2, offload::MemoryKind::Device)
         .unwrap_err();
     assert!(matches!(e, Error::OutOfMemory(_)), "{e}");
@@ -339,7 +365,7 @@ fn the_runtime_builder_takes_settings_in_code_and_fails_when_nothing_is_found() 
     // One device object per device: the same device twice is the same device.
     let again = rt.device("host", 0).unwrap();
     // SAFETY: only the trait objects' addresses are compared.
-    let (a, b) = unsafe { (device.raw(), again.raw()) };
+    let (a, b) = unsafe { (offload::raw::device(&device), offload::raw::device(&again)) };
     assert!(std::ptr::eq(
         Arc::as_ptr(a) as *const (),
         Arc::as_ptr(b) as *const ()
@@ -347,16 +373,15 @@ fn the_runtime_builder_takes_settings_in_code_and_fails_when_nothing_is_found() 
     let e = device.alloc::<u8>(0).unwrap_err().to_string();
     assert!(e.contains("cannot be allocated"), "{e}");
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let e = unsafe { device.raw() }
+    let e = unsafe { offload::raw::device(&device) }
         .alloc(0, offload::MemoryKind::Device)
         .unwrap_err()
         .to_string();
     assert!(e.contains("allocation of 0 bytes"), "{e}");
-    let e = device.load(&[]).unwrap_err().to_string();
+    let e = offload_tests::load(&device, &[]).unwrap_err().to_string();
     assert!(e.contains("image is empty"), "{e}");
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_kernel("saxpy")).unwrap()).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     let e = saxpy
         .launch(LaunchDims::linear(1, 4096))
@@ -395,11 +420,13 @@ fn typed_buffers_carry_their_element_type_and_length() {
     let dy = device.alloc::<f32>(1000).unwrap();
     dy.fill(1.0).unwrap();
     let so = std::fs::read(host_kernel("saxpy")).unwrap();
-    let program = device.load(&so).unwrap();
+    let program = offload_tests::load(&device, &so).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        program.launch(
+        offload::raw::launch(
+            &program,
+            None,
             &saxpy,
             &LaunchDims::for_elems(1000, 256).unwrap(),
             &[
@@ -471,7 +498,7 @@ fn a_synchronous_read_after_queued_work_on_the_buffer_sees_that_work() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
     let so = std::fs::read(host_kernel("saxpy")).unwrap();
-    let program = device.load(&so).unwrap();
+    let program = offload_tests::load(&device, &so).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     let n = 1 << 20;
     let dx = device.upload(&vec![1.0f32; n]).unwrap();
@@ -482,7 +509,7 @@ fn a_synchronous_read_after_queued_work_on_the_buffer_sees_that_work() {
     let bx = device.upload(&vec![1.0f32; big]).unwrap();
     let by = device.alloc::<f32>(big).unwrap();
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
-    let raw = unsafe { device.raw() }.clone();
+    let raw = unsafe { offload::raw::device(&device) }.clone();
     let queue = raw.queue_create().unwrap();
     let dims = LaunchDims::for_elems(n as u64, 256).unwrap();
     let big_dims = LaunchDims::for_elems(big as u64, 256).unwrap();
@@ -542,7 +569,7 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
     let so = std::fs::read(host_kernel("saxpy")).unwrap();
-    let program = device.load(&so).unwrap();
+    let program = offload_tests::load(&device, &so).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     let n = 1 << 18;
     let dx = device.alloc::<f32>(n).unwrap();
@@ -553,8 +580,9 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     a.upload(&dy, (0..n).map(|i| i as f32).collect()).unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        program.launch_on(
-            &a,
+        offload::raw::launch(
+            &program,
+            Some(&a),
             &saxpy,
             &LaunchDims::for_elems(n as u64, 256).unwrap(),
             &[
@@ -580,9 +608,10 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     let other = other.device("testdev", 0).unwrap();
     let q = other.queue().unwrap();
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { program.launch_on(&q, &saxpy, &LaunchDims::linear(1, 1), &[]) }
-        .unwrap_err()
-        .to_string();
+    let e =
+        unsafe { offload::raw::launch(&program, Some(&q), &saxpy, &LaunchDims::linear(1, 1), &[]) }
+            .unwrap_err()
+            .to_string();
     assert!(e.contains("another device"), "{e}");
     assert!(q.copy(&out, &dy).is_err());
     drop((a, b));
@@ -654,9 +683,8 @@ fn several_host_devices_are_independent() {
 fn events_time_the_work_between_them() {
     let rt = host_runtime();
     let device = rt.device("host", 0).unwrap();
-    let program = device
-        .load(&std::fs::read(host_kernel("saxpy")).unwrap())
-        .unwrap();
+    let program =
+        offload_tests::load(&device, &std::fs::read(host_kernel("saxpy")).unwrap()).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     let n = 1 << 22;
     let x = device.upload(&vec![1.0f32; n]).unwrap();

@@ -211,10 +211,17 @@ fn need<F: Copy>(f: Option<F>, name: &str, plugin: &str) -> Result<F> {
 
 impl LoadedPlugin {
     /// Opens a plugin library, calls its entry point and checks the table.
-    pub fn open(path: &Path) -> Result<Arc<LoadedPlugin>> {
+    ///
+    /// # Safety
+    /// Opening the library runs its initialisers and its entry point, in this process, and the
+    /// plugin it returns is raw (its devices' `unsafe` methods take unchecked pointers). The
+    /// caller trusts the file at `path` as code it links: a plugin built for this ABI, whose
+    /// table's functions do what the ABI says of them. The loader checks the table's header,
+    /// size and entries, and every answer the plugin gives; not what its code does.
+    pub unsafe fn open(path: &Path) -> Result<Arc<LoadedPlugin>> {
         let shown = path.display();
-        // SAFETY: loading a library runs its initialisers; plugin libraries are trusted code
-        // found in the plugin directories the user configured.
+        // SAFETY: loading a library runs its initialisers: the caller trusts it (this
+        // function's contract).
         let lib = unsafe { libloading::Library::new(path) }
             .map_err(|e| Error::PluginLoad(format!("{shown}: cannot open library: {e}")))?;
         // Never unloaded (see the module docs).
@@ -536,18 +543,19 @@ impl GenericDevice for LoadedDevice {
         )
     }
 
-    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
+    unsafe fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
         let mut out = 0u64;
         self.call(
             "load_image",
             self.table().load_image,
-            // SAFETY: checked entry; live slice and out-pointer.
+            // SAFETY: checked entry; live slice and out-pointer; the image is trusted (the
+            // caller's contract).
             |f, ctx, err| unsafe { f(ctx, self.dev, image.as_ptr(), image.len(), &mut out, err) },
         )?;
         Ok(ProgramHandle(out))
     }
 
-    fn unload_image(&self, program: ProgramHandle) -> Result<()> {
+    unsafe fn unload_image(&self, program: ProgramHandle) -> Result<()> {
         self.call(
             "unload_image",
             self.table().unload_image,
@@ -611,8 +619,8 @@ impl GenericDevice for LoadedDevice {
         Ok(DevicePtr(out))
     }
 
-    fn free(&self, ptr: DevicePtr) -> Result<()> {
-        // SAFETY: checked entry.
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        // SAFETY: checked entry; nobody uses the allocation after (the caller's contract).
         self.call("free", self.table().free, |f, ctx, err| unsafe {
             f(ctx, self.dev, ptr.0, err)
         })
@@ -658,7 +666,7 @@ impl GenericDevice for LoadedDevice {
         )
     }
 
-    fn copy_device_to_device(
+    unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
@@ -672,7 +680,7 @@ impl GenericDevice for LoadedDevice {
         self.call(
             "copy_device_to_device",
             self.table().copy_device_to_device,
-            // SAFETY: checked entry.
+            // SAFETY: checked entry; nobody else uses the destination (the caller's contract).
             |f, ctx, err| unsafe { f(ctx, self.dev, dst.0, src.0, len, queue_bits(queue), err) },
         )
     }

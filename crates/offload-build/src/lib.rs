@@ -15,7 +15,8 @@
 //!     .target(offload_build::Target::Nvptx("sm_90".into()))
 //!     .compile("saxpy")
 //!     .unwrap_or_else(|e| panic!("{e}"));
-//! // src/main.rs: let program = device.load(offload::include_kernels!("saxpy"))?;
+//! // src/main.rs (the trust point: see `offload::Device::load_trusted`):
+//! // let program = unsafe { device.load_trusted(offload::include_kernels!("saxpy")) }?;
 //! ```
 //!
 //! The header's directory comes from `DEP_OFFLOAD_INCLUDE`, which cargo sets for the build

@@ -34,7 +34,14 @@ impl std::fmt::Debug for CheckedPlugin {
 
 impl CheckedPlugin {
     /// Wraps `plugin`.
-    pub fn new(plugin: Box<dyn GenericPlugin>) -> CheckedPlugin {
+    ///
+    /// # Safety
+    /// The result is a raw plugin: its devices' `unsafe` methods take unchecked pointers, and
+    /// the safe API that wraps it trusts what `plugin` reports. `plugin` keeps the contract of
+    /// [`GenericDevice`] (the paragraph the safe API relies on: synchronous operations wait for
+    /// queued ones on the same memory, memory stays allocated until the work that uses it has
+    /// run, host memory it hands out is this process's) and reports its devices' limits truly.
+    pub unsafe fn new(plugin: Box<dyn GenericPlugin>) -> CheckedPlugin {
         CheckedPlugin {
             plugin,
             init: OnceLock::new(),
@@ -152,12 +159,14 @@ impl GenericDevice for CheckedDevice {
         not_empty(image)?;
         self.device.check_image(image)
     }
-    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
+    unsafe fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
         not_empty(image)?;
-        self.device.load_image(image)
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.device.load_image(image) }
     }
-    fn unload_image(&self, program: ProgramHandle) -> Result<()> {
-        self.device.unload_image(program)
+    unsafe fn unload_image(&self, program: ProgramHandle) -> Result<()> {
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.device.unload_image(program) }
     }
     fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
         if name.is_empty() {
@@ -174,13 +183,14 @@ impl GenericDevice for CheckedDevice {
         }
         self.device.alloc(size, kind)
     }
-    fn free(&self, ptr: DevicePtr) -> Result<()> {
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
         if ptr.0 == 0 {
             return Err(Error::InvalidArgument(
                 "free of a null device pointer".into(),
             ));
         }
-        self.device.free(ptr)
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.device.free(ptr) }
     }
     unsafe fn copy_to_device(
         &self,
@@ -218,7 +228,7 @@ impl GenericDevice for CheckedDevice {
         // SAFETY: forwarded contract.
         unsafe { self.device.copy_from_device(dst, src, len, queue) }
     }
-    fn copy_device_to_device(
+    unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
@@ -233,7 +243,8 @@ impl GenericDevice for CheckedDevice {
                 "device copy with a null pointer".into(),
             ));
         }
-        self.device.copy_device_to_device(dst, src, len, queue)
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.device.copy_device_to_device(dst, src, len, queue) }
     }
     unsafe fn launch(
         &self,

@@ -61,6 +61,12 @@ pub enum Error {
     /// An operating-system call failed (file, memory mapping, dynamic loader).
     #[error("system error: {0}")]
     System(String),
+    /// Runtime failure of an operation that is not *settled*: it failed, and the device may
+    /// still be reading or writing the memory it uses (a wait for a DMA copy or a stream that
+    /// gave up before the work ended). The generic layer then never frees or reuses that
+    /// memory, and the device takes no more work.
+    #[error("unsettled device failure: {0}")]
+    Unsettled(String),
 }
 
 /// The discriminant of [`Error`], as it crosses the plugin ABI (`repr(u32)`, values are part of
@@ -94,6 +100,8 @@ pub enum ErrorKind {
     DeviceFailure = 12,
     /// [`Error::System`]
     System = 13,
+    /// [`Error::Unsettled`]
+    Unsettled = 14,
 }
 
 impl ErrorKind {
@@ -114,6 +122,7 @@ impl ErrorKind {
             11 => NoDevice,
             12 => DeviceFailure,
             13 => System,
+            14 => Unsettled,
             _ => return None,
         })
     }
@@ -136,6 +145,7 @@ impl Error {
             Error::NoDevice(_) => ErrorKind::NoDevice,
             Error::DeviceFailure(_) => ErrorKind::DeviceFailure,
             Error::System(_) => ErrorKind::System,
+            Error::Unsettled(_) => ErrorKind::Unsettled,
         }
     }
 
@@ -161,7 +171,8 @@ impl Error {
             | Error::InvalidArgument(m)
             | Error::NoDevice(m)
             | Error::DeviceFailure(m)
-            | Error::System(m) => m,
+            | Error::System(m)
+            | Error::Unsettled(m) => m,
             Error::Driver { message, .. } => message,
         }
     }
@@ -183,11 +194,28 @@ impl Error {
             Some(ErrorKind::NoDevice) => Error::NoDevice(message),
             Some(ErrorKind::DeviceFailure) => Error::DeviceFailure(message),
             Some(ErrorKind::System) => Error::System(message),
+            Some(ErrorKind::Unsettled) => Error::Unsettled(message),
             None => Error::Driver {
                 code,
                 message: format!("(unknown error kind {kind}) {message}"),
             },
         }
+    }
+
+    /// This failure as one that is not settled (the device may still use the operation's
+    /// memory), its text kept; an unsettled error stays as it is.
+    pub fn unsettled(self) -> Self {
+        match self {
+            Error::Unsettled(_) => self,
+            e => Error::Unsettled(format!(
+                "{e}; the operation may still be using its memory on the device"
+            )),
+        }
+    }
+
+    /// Whether the failure is [`Error::Unsettled`].
+    pub fn is_unsettled(&self) -> bool {
+        matches!(self, Error::Unsettled(_))
     }
 
     /// Prefixes the message with context (which image, which plugin, which call), keeping the
@@ -229,6 +257,7 @@ mod tests {
             Error::NoDevice("k".into()),
             Error::DeviceFailure("l".into()),
             Error::System("m".into()),
+            Error::Unsettled("n".into()),
         ];
         for e in all {
             let back = Error::from_parts(e.kind() as u32, e.native_code(), e.message().into());

@@ -101,10 +101,21 @@ pub trait GenericDevice: Send + Sync {
     fn check_image(&self, image: &[u8]) -> Result<()>;
 
     /// Loads an image and returns a handle that is never reused on this device.
-    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle>;
+    ///
+    /// # Safety
+    /// Loading runs the image's code: its initialisers (a host image's `.init_array`, a GPU
+    /// image's constructor kernels) run now, and what its kernels do when launched is its own.
+    /// The caller trusts `image` as it trusts code it links: it was built by, or for, this
+    /// program. The layer checks the image's format, target and symbols; not what its code does.
+    unsafe fn load_image(&self, image: &[u8]) -> Result<ProgramHandle>;
 
     /// Unloads a program. Kernels looked up in it become invalid.
-    fn unload_image(&self, program: ProgramHandle) -> Result<()>;
+    ///
+    /// # Safety
+    /// The caller holds no address into the program (a global's memory, a kernel's code) that
+    /// it will use afterwards: the layer keeps the program loaded until the work that uses it
+    /// has run, but it cannot know about pointers a caller kept.
+    unsafe fn unload_image(&self, program: ProgramHandle) -> Result<()>;
 
     /// Looks up a kernel entry point by name.
     fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle>;
@@ -116,7 +127,13 @@ pub trait GenericDevice: Send + Sync {
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr>;
 
     /// Frees an allocation returned by [`GenericDevice::alloc`].
-    fn free(&self, ptr: DevicePtr) -> Result<()>;
+    ///
+    /// # Safety
+    /// Nothing will use the allocation after this call: no host slice of it (host and shared
+    /// memory), no kernel argument, no later copy. The generic layer refuses a pointer it did not
+    /// hand out or already freed, and keeps the memory until queued work that uses it has run;
+    /// it cannot know who else holds the address (the safe API's buffers do).
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()>;
 
     /// Copies `len` host bytes at `src` to device memory at `dst`.
     ///
@@ -146,7 +163,12 @@ pub trait GenericDevice: Send + Sync {
     ) -> Result<()>;
 
     /// Copies `len` bytes between two device allocations of this device.
-    fn copy_device_to_device(
+    ///
+    /// # Safety
+    /// `dst..dst+len` is memory nobody else reads or writes until the copy has run (with a
+    /// queue: until the queue is synchronised), as Rust's `&mut` would promise. The layer
+    /// checks that both ranges lie in live allocations of this device; not who else uses them.
+    unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
@@ -232,16 +254,23 @@ fn unsupported(what: &str) -> crate::Error {
 
 impl dyn GenericDevice {
     /// Synchronous host-to-device copy of a whole slice.
-    pub fn write(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+    ///
+    /// # Safety
+    /// As [`GenericDevice::copy_device_to_device`]'s destination: `dst..dst+src.len()` is
+    /// nobody else's to read or write meanwhile (on the host backend it is process memory).
+    pub unsafe fn write(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         // SAFETY: `src` is a live slice of `src.len()` bytes and the copy is synchronous, so it
-        // is not used after this call returns.
+        // is not used after this call returns; the destination is the caller's promise.
         unsafe { self.copy_to_device(dst, src.as_ptr(), src.len(), None) }
     }
 
     /// Synchronous device-to-host copy filling a whole slice.
-    pub fn read(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+    ///
+    /// # Safety
+    /// Nobody writes `src..src+dst.len()` meanwhile.
+    pub unsafe fn read(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
         // SAFETY: `dst` is an exclusively borrowed slice of `dst.len()` bytes and the copy is
-        // synchronous.
+        // synchronous; the source is the caller's promise.
         unsafe { self.copy_from_device(dst.as_mut_ptr(), src, dst.len(), None) }
     }
 }

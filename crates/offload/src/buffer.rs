@@ -115,7 +115,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.ptr
     }
 
-    /// As a raw kernel argument (`T *` in the kernel), for [`crate::Program::launch`].
+    /// As a raw kernel argument (`T *` in the kernel), for [`crate::raw::launch`].
     pub fn arg(&self) -> KernelArg {
         KernelArg::Ptr(self.ptr)
     }
@@ -201,7 +201,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         tracing::info!(target: "offload::memory", "freed {} bytes at {}", self.size(), self.ptr);
-        let _ = self.device.free(self.ptr);
+        // SAFETY: the buffer owns its allocation, and every borrow of it (views, host slices,
+        // queued work through a scope) ended before it could be dropped; work queued on it
+        // keeps the memory alive in the layer until it has run.
+        let _ = unsafe { self.device.free(self.ptr) };
     }
 }
 
@@ -409,7 +412,9 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         let _span = tracing::info_span!(target: "offload::copy", "copy to device",
             bytes = bytes.len(), to = %self.ptr, "{} bytes host -> device {}", bytes.len(), self.ptr)
         .entered();
-        self.device.write(self.ptr, bytes)
+        // SAFETY: the view's range of its live buffer; host memory only through an exclusive
+        // borrow (`check_device_write`), and device memory has no host reference to race with.
+        unsafe { self.device.write(self.ptr, bytes) }
     }
 
     /// Copies the view into `out` (an error unless their lengths are equal).
@@ -419,7 +424,9 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         let _span = tracing::info_span!(target: "offload::copy", "copy to host",
             bytes = bytes.len(), from = %self.ptr, "{} bytes device {} -> host", bytes.len(), self.ptr)
         .entered();
-        self.device.read(bytes, self.ptr)
+        // SAFETY: the view's range of its live buffer; the layer orders the read after queued
+        // work that writes it.
+        unsafe { self.device.read(bytes, self.ptr) }
     }
 
     /// The view's elements, on the host.
@@ -446,7 +453,8 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         while done < self.len {
             let n = chunk.len().min(self.len - done);
             let at = DevicePtr(self.ptr.0 + (done * std::mem::size_of::<T>()) as u64);
-            self.device.write(at, bytes_of(&chunk[..n]))?;
+            // SAFETY: inside the view's range, which may be written (as in `write`).
+            unsafe { self.device.write(at, bytes_of(&chunk[..n])) }?;
             done += n;
         }
         Ok(())
@@ -472,8 +480,12 @@ impl<'a, T: DeviceCopy> BufferView<'a, T> {
         let _span = tracing::info_span!(target: "offload::copy", "copy device to device",
             bytes = src.size(), "{} bytes device {} -> device {}", src.size(), src.ptr, self.ptr)
         .entered();
-        self.device
-            .copy_device_to_device(self.ptr, src.ptr, src.size(), None)
+        // SAFETY: both ranges are views of live buffers of this device, of one length; the
+        // destination may be written (as in `write`).
+        unsafe {
+            self.device
+                .copy_device_to_device(self.ptr, src.ptr, src.size(), None)
+        }
     }
 }
 
@@ -635,7 +647,8 @@ impl<T: DeviceCopy> HostBuffer<T> {
                 .map(|i| ((at + i) as u8).wrapping_mul(31).wrapping_add(7))
                 .collect();
             let dst = DevicePtr(buf.ptr.0 + at as u64);
-            buf.device.write(dst, &pattern)?;
+            // SAFETY: inside the allocation just made, which nothing else holds yet.
+            unsafe { buf.device.write(dst, &pattern) }?;
             let mut seen = vec![0u8; edge];
             if let Err(e) = host_read(dst.0, &mut seen) {
                 return refuse(format!("reading {dst} failed ({e})"));
@@ -673,7 +686,8 @@ impl<T: DeviceCopy> HostBuffer<T> {
     /// makes every synchronous operation wait for queued work on the same memory).
     fn settle(&self) -> Result<()> {
         let mut one = vec![0u8; std::mem::size_of::<T>().max(1)];
-        self.buf.device.read(&mut one, self.buf.ptr)
+        // SAFETY: the first element of the live buffer.
+        unsafe { self.buf.device.read(&mut one, self.buf.ptr) }
     }
 
     /// The elements, read in place; an error if queued work on it failed to finish.

@@ -24,7 +24,10 @@
 //! // compiled by build.rs with offload_build::Build::new().file("kernels/saxpy.c").compile("saxpy")
 //! let rt = Runtime::builder().build()?; // fails, naming where it looked, if no plugin is found
 //! let device = rt.default_device()?; // a GPU if there is one, else the host; or device_by_spec("cuda:1")
-//! let program = device.load(&image)?; // in a crate: device.load(offload::include_kernels!("saxpy"))
+//! // The one `unsafe` call: the image's code runs and its parameter record is believed. In a
+//! // crate: device.load_trusted(offload::include_kernels!("saxpy")).
+//! // SAFETY: the kernel above, whose record is true to its code.
+//! let program = unsafe { device.load_trusted(&image) }?;
 //! let x: Vec<f32> = (0..1024).map(|i| i as f32).collect();
 //! let dx = device.upload(&x)?;
 //! let mut dy = device.alloc::<f32>(x.len())?;
@@ -49,6 +52,7 @@ mod json;
 mod launch;
 pub mod params;
 mod queue;
+pub mod raw;
 mod runtime;
 mod typed;
 
@@ -76,8 +80,8 @@ pub use runtime::{
 };
 
 /// The kernel container `offload_build::Build::compile("<name>")` wrote in this crate's build
-/// script, embedded: `device.load(offload::include_kernels!("saxpy"))?` loads the image for
-/// that device (its native one, else bitcode through the JIT).
+/// script, embedded: `unsafe { device.load_trusted(offload::include_kernels!("saxpy")) }?`
+/// loads the image for that device (its native one, else bitcode through the JIT).
 #[macro_export]
 macro_rules! include_kernels {
     ($name:literal) => {

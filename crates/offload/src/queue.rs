@@ -109,12 +109,18 @@ impl Queue {
         self.check_device(dst.device_identity(), "copy")?;
         self.check_device(src.device_identity(), "copy")?;
         dst.check_len(src.len(), "queued copy")?;
-        self.device.inner().copy_device_to_device(
-            dst.ptr(),
-            src.ptr(),
-            src.size(),
-            Some(self.handle),
-        )
+        // SAFETY: both ranges are views of live buffers of the queue's device, of one length,
+        // and the destination may be written by device work (`check_device_write`); the views'
+        // borrows last as long as the queue's scope, so neither buffer goes before the copy has
+        // run.
+        unsafe {
+            self.device.inner().copy_device_to_device(
+                dst.ptr(),
+                src.ptr(),
+                src.size(),
+                Some(self.handle),
+            )
+        }
     }
 
     /// An event recorded now on this queue: it completes when the work enqueued before it has.

@@ -122,7 +122,10 @@ pub struct PluginSlot {
 
 impl PluginSlot {
     fn open(name: String, path: PathBuf) -> PluginSlot {
-        let state = match LoadedPlugin::open(&path) {
+        // SAFETY: the plugin directories are the program's configuration, trusted as the
+        // dynamic loader's search path is: a `liboffload_plugin_<name>.so` there is a plugin
+        // built for this ABI (docs/architecture.md, "What is trusted").
+        let state = match unsafe { LoadedPlugin::open(&path) } {
             // A plugin whose constructor failed exports an empty name; its `init` says why.
             Ok(plugin) if plugin.name().is_empty() => SlotState::Failed(
                 plugin
@@ -162,10 +165,13 @@ impl PluginSlot {
     /// in front of it as an exported plugin has.
     #[cfg(feature = "host")]
     fn linked_host() -> PluginSlot {
-        let backend = offload_host::HostBackend::new();
-        let plugin: Arc<dyn GenericPlugin> = Arc::new(offload_core::checked::CheckedPlugin::new(
-            Box::new(offload_plugin_common::Plugin::new(backend)),
-        ));
+        // SAFETY: the host backend keeps the hooks' contract and the generic layer's is the
+        // only use of its devices; the layer keeps the trait's contract.
+        let plugin: Arc<dyn GenericPlugin> = Arc::new(unsafe {
+            offload_core::checked::CheckedPlugin::new(Box::new(offload_plugin_common::Plugin::new(
+                offload_host::HostBackend::new(),
+            )))
+        });
         let uses_jit = plugin
             .set_jit_service(jit_client().service(plugin.name()))
             .is_ok();
@@ -217,15 +223,6 @@ impl PluginSlot {
         &self.path
     }
 
-    /// The loaded plugin, if loading succeeded: the plugin API below the safe layer.
-    ///
-    /// # Safety
-    /// Its devices are those of [`Device::raw`], with the same contract: their copies and
-    /// launches are not checked against the safe layer's buffers, borrows or kernel records.
-    pub unsafe fn plugin(&self) -> Option<&Arc<dyn GenericPlugin>> {
-        self.loaded()
-    }
-
     /// The ELF machine the plugin serves (`None` if it is not loaded).
     pub fn elf_machine(&self) -> Option<u16> {
         self.loaded().map(|p| p.elf_machine())
@@ -246,7 +243,7 @@ impl PluginSlot {
         self.loaded().map(|p| p.properties())
     }
 
-    fn loaded(&self) -> Option<&Arc<dyn GenericPlugin>> {
+    pub(crate) fn loaded(&self) -> Option<&Arc<dyn GenericPlugin>> {
         match &self.state {
             SlotState::Loaded { plugin, .. } => Some(plugin),
             SlotState::Failed(_) => None,
@@ -974,19 +971,6 @@ impl Device {
         self.kind
     }
 
-    /// The device API below the safe layer: the plugin's trait object, for operations not
-    /// wrapped here.
-    ///
-    /// # Safety
-    /// Its copies and launches take raw device addresses and are not checked against the
-    /// safe layer's buffers, borrows or kernel records (only the plugin's own checks apply: on
-    /// the host, that pointers point into live allocations). The caller must not write memory
-    /// that a [`crate::HostBuffer`] slice, a queued operation or a launch of the safe layer
-    /// may be using, and must make every launch's buffers as long as its kernel touches.
-    pub unsafe fn raw(&self) -> &Arc<dyn GenericDevice> {
-        &self.inner
-    }
-
     /// The device API, for this crate's own checked wrappers.
     pub(crate) fn inner(&self) -> &Arc<dyn GenericDevice> {
         &self.inner
@@ -997,8 +981,37 @@ impl Device {
         self.inner.info()
     }
 
-    /// Loads an image; it is unloaded when the [`Program`] is dropped.
-    pub fn load(&self, image: &[u8]) -> Result<Program> {
+    /// Loads an image that this program trusts as its own code; it is unloaded when the
+    /// [`Program`] is dropped. This is the safe API's one trust point for device code: after
+    /// it, kernels launch through checked, safe calls ([`Kernel::launch`], [`TypedKernel`]).
+    ///
+    /// The layer checks what an image is (its format, ELF machine, target and symbols; a
+    /// container's entries; bitcode's triple) and refuses one this device cannot run, naming
+    /// why. It cannot check what the image's code does, so it believes two things about it:
+    ///
+    /// - **Its code.** Loading runs the image's initialisers (a host image's `.init_array`, a
+    ///   GPU image's constructor kernels) in this process or on the device, and a kernel does
+    ///   whatever its code says with the memory its arguments reach.
+    /// - **What it says of its kernels.** A launch checks the arguments against the kernel's
+    ///   parameter record (`OFFLOAD_PARAMS`: each buffer's element type and how many elements
+    ///   the kernel reads or writes, as expressions of the scalar arguments) and, where the
+    ///   image declares them, against its parameter types (bitcode signatures; a host ELF's
+    ///   `OFFLOAD_SIGNATURE`; a SPIR-V module's entry point). The record is the image's word
+    ///   about itself: a record that says `float y[n]` for a kernel that writes `2n` elements
+    ///   is memory corruption, and no check here can see it. A kernel without a record is
+    ///   checked for its argument count and types only where the image declares them, and
+    ///   for no extent.
+    ///
+    /// # Safety
+    /// `image` is code the caller would run as its own native code, as wgpu's
+    /// `create_shader_module_trusted` asks of a shader: built by or for this program (its
+    /// build script's `offload_build` output, [`include_kernels!`](crate::include_kernels), a
+    /// file it ships), with each kernel's parameter record true to its code (a kernel touches
+    /// no element of a buffer beyond what its record says, and writes only buffers its record
+    /// calls writable). Bytes from elsewhere (a network, a user's upload) are not.
+    ///
+    /// [`TypedKernel`]: crate::TypedKernel
+    pub unsafe fn load_trusted(&self, image: &[u8]) -> Result<Program> {
         let _span = tracing::info_span!(
             target: "offload::image",
             "image load",
@@ -1007,7 +1020,8 @@ impl Device {
             "load a {}-byte image on {self}", image.len()
         )
         .entered();
-        let handle = self.inner.load_image(image)?;
+        // SAFETY: the caller trusts the image (this function's contract).
+        let handle = unsafe { self.inner.load_image(image) }?;
         Ok(Program {
             inner: Arc::new(ProgramInner {
                 device: self.clone(),
@@ -1094,6 +1108,13 @@ pub struct Program {
     inner: Arc<ProgramInner>,
 }
 
+impl Program {
+    /// What the program shares with its kernels (for [`crate::raw`]).
+    pub(crate) fn shared(&self) -> &ProgramInner {
+        &self.inner
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct ProgramInner {
     device: Device,
@@ -1112,7 +1133,9 @@ struct KernelMeta {
 
 impl Drop for ProgramInner {
     fn drop(&mut self) {
-        let _ = self.device.inner.unload_image(self.handle);
+        // SAFETY: the program's last owner is gone: the kernels and global views of it that the
+        // safe API hands out hold it (or borrow it); queued work keeps it in the layer.
+        let _ = unsafe { self.device.inner.unload_image(self.handle) };
     }
 }
 
@@ -1209,9 +1232,9 @@ impl Program {
                 ));
             }
             let mut bytes = vec![0u8; g.size as usize];
-            p.device
-                .inner
-                .read(&mut bytes, g.ptr)
+            // SAFETY: the global's range as the device reports it; the safe API never writes a
+            // program's globals.
+            unsafe { p.device.inner.read(&mut bytes, g.ptr) }
                 .map_err(|e| format!("{symbol} could not be read: {e}"))?;
             let text = bytes.split(|b| *b == 0).next().unwrap_or_default();
             let text = std::str::from_utf8(text)
@@ -1220,47 +1243,7 @@ impl Program {
         })())
     }
 
-    /// Launches a kernel of this program synchronously, with arguments as they are: the
-    /// device API's launch. Prefer [`Kernel::launch`], which checks the arguments against the
-    /// kernel's parameters.
-    ///
-    /// # Safety
-    /// Only the layer's checks apply: the launch shape, and on the host backend that pointer
-    /// arguments point into live allocations of the device (and the argument types, for
-    /// kernels with an `OFFLOAD_SIGNATURE`). Nothing checks how far the kernel reads or writes
-    /// from a pointer: the caller must make sure that every buffer is as long as the kernel
-    /// will touch for these arguments, and that no other work uses memory the kernel writes.
-    pub unsafe fn launch(
-        &self,
-        kernel: &Kernel,
-        dims: &LaunchDims,
-        args: &[KernelArg],
-    ) -> Result<()> {
-        self.check_kernel(kernel)?;
-        // SAFETY: the caller's contract.
-        unsafe { self.inner.launch(kernel, dims, args, None) }
-    }
-
-    /// Enqueues a launch on `queue` (a queue of this program's device), as
-    /// [`Program::launch`] does: it runs after the queue's earlier work; the buffers it uses
-    /// stay alive until it has run.
-    ///
-    /// # Safety
-    /// As for [`Program::launch`].
-    pub unsafe fn launch_on(
-        &self,
-        queue: &crate::Queue,
-        kernel: &Kernel,
-        dims: &LaunchDims,
-        args: &[KernelArg],
-    ) -> Result<()> {
-        self.check_kernel(kernel)?;
-        self.inner.check_queue(queue)?;
-        // SAFETY: the caller's contract.
-        unsafe { self.inner.launch(kernel, dims, args, Some(queue.handle())) }
-    }
-
-    fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
+    pub(crate) fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
         if !Arc::ptr_eq(&kernel.program, &self.inner) {
             return Err(Error::InvalidArgument(format!(
                 "{kernel:?} belongs to program {:#x}{}, not to program {:#x} on {}",

@@ -127,14 +127,15 @@ impl pool::Backing for Device {
     fn alloc_raw(&self, size: u64) -> Result<u64, String> {
         // SAFETY: OpenMP's mappings are raw device addresses by design; this runtime uses no
         // HostBuffer and no safe-layer queue on them.
-        unsafe { self.raw() }
+        unsafe { offload::raw::device(self) }
             .alloc(size, MemoryKind::Device)
             .map(|p| p.0)
             .map_err(|e| e.to_string())
     }
     fn free_raw(&self, ptr: u64) {
-        // SAFETY: as in alloc_raw.
-        let _ = unsafe { self.raw() }.free(offload::DevicePtr(ptr));
+        // SAFETY: as in alloc_raw; the pool frees an allocation once, when no mapping and no
+        // queued construct uses it.
+        let _ = unsafe { offload::raw::device(self).free(offload::DevicePtr(ptr)) };
     }
 }
 
@@ -169,7 +170,8 @@ impl OmpDevice {
         size: usize,
     ) -> Result<Option<Vec<u8>>, String> {
         // SAFETY: a lookup touches no memory.
-        let Ok(g) = unsafe { self.device.raw() }.global(program.handle(), name) else {
+        let Ok(g) = unsafe { offload::raw::device(&self.device) }.global(program.handle(), name)
+        else {
             return Ok(None);
         };
         if g.size != size as u64 {
@@ -180,8 +182,7 @@ impl OmpDevice {
         }
         let mut bytes = vec![0u8; size];
         // SAFETY: the global's own bytes, into a buffer of its size.
-        unsafe { self.device.raw() }
-            .read(&mut bytes, g.ptr)
+        unsafe { offload::raw::device(&self.device).read(&mut bytes, g.ptr) }
             .map_err(|e| format!("reading global '{name}': {e}"))?;
         Ok(Some(bytes))
     }
@@ -190,7 +191,8 @@ impl OmpDevice {
     /// global. The global must be as long as `bytes`.
     fn write_global(&self, program: &Program, name: &str, bytes: &[u8]) -> Result<bool, String> {
         // SAFETY: a lookup touches no memory.
-        let Ok(g) = unsafe { self.device.raw() }.global(program.handle(), name) else {
+        let Ok(g) = unsafe { offload::raw::device(&self.device) }.global(program.handle(), name)
+        else {
             return Ok(false);
         };
         if g.size != bytes.len() as u64 {
@@ -201,8 +203,7 @@ impl OmpDevice {
             ));
         }
         // SAFETY: the global's own bytes; no launch of this program runs yet.
-        unsafe { self.device.raw() }
-            .write(g.ptr, bytes)
+        unsafe { offload::raw::device(&self.device).write(g.ptr, bytes) }
             .map_err(|e| format!("writing global '{name}': {e}"))?;
         Ok(true)
     }
@@ -238,8 +239,7 @@ impl OmpDevice {
                 .map_err(|e| format!("allocating the indirect-call table: {e}"))?;
             memory.push(p);
             // SAFETY: a fresh allocation of this length.
-            unsafe { self.device.raw() }
-                .write(offload::DevicePtr(p), &bytes)
+            unsafe { offload::raw::device(&self.device).write(offload::DevicePtr(p), &bytes) }
                 .map_err(|e| format!("writing the indirect-call table: {e}"))?;
             table = (p, n);
         }
@@ -250,7 +250,7 @@ impl OmpDevice {
         }
         if g.family == gpu::Family::Amd {
             // SAFETY: a lookup touches no memory.
-            let has_pool = unsafe { self.device.raw() }
+            let has_pool = unsafe { offload::raw::device(&self.device) }
                 .global(program.handle(), gpu::MEMORY_POOL)
                 .is_ok();
             if has_pool {
@@ -280,7 +280,7 @@ impl OmpDevice {
         let init = g.family.ctor_kernels().0;
         if let Ok(k) = program.kernel(init) {
             // SAFETY: the init kernel takes no arguments and runs the image's constructors.
-            unsafe { program.launch(&k, &LaunchDims::linear(1, 1), &[]) }
+            unsafe { offload::raw::launch(program, None, &k, &LaunchDims::linear(1, 1), &[]) }
                 .map_err(|e| format!("running the constructors ({init}): {e}"))?;
         }
         Ok(())
@@ -356,7 +356,7 @@ impl OmpDevice {
         // goes to a mapping the program made (raw addresses, OpenMP's model); no safe-layer
         // buffer or HostBuffer of this runtime refers to it.
         let r = unsafe {
-            self.device.raw().copy_to_device(
+            offload::raw::device(&self.device).copy_to_device(
                 offload::DevicePtr(dst),
                 src as *const u8,
                 size as usize,
@@ -396,7 +396,7 @@ impl OmpDevice {
         // SAFETY: as above, `size` writable bytes at `dst` that nobody else touches until the
         // construct is over.
         let r = unsafe {
-            self.device.raw().copy_from_device(
+            offload::raw::device(&self.device).copy_from_device(
                 dst as *mut u8,
                 offload::DevicePtr(src),
                 size as usize,
@@ -647,7 +647,8 @@ impl Rtl {
                         }
                     };
                     // SAFETY: an image check touches no memory.
-                    if let Err(e) = unsafe { device.raw() }.check_image(&img.bytes) {
+                    if let Err(e) = unsafe { offload::raw::device(&device) }.check_image(&img.bytes)
+                    {
                         refused.push(format!("device {device}: {e}"));
                         continue;
                     }
@@ -796,7 +797,9 @@ impl Rtl {
                     let fini = g.family.ctor_kernels().1;
                     if let Ok(k) = program.kernel(fini) {
                         // SAFETY: the fini kernel takes no arguments.
-                        let _ = unsafe { program.launch(&k, &LaunchDims::linear(1, 1), &[]) };
+                        let _ = unsafe {
+                            offload::raw::launch(program, None, &k, &LaunchDims::linear(1, 1), &[])
+                        };
                     }
                 }
                 for p in st.image_memory.remove(&img).unwrap_or_default() {
@@ -889,13 +892,14 @@ impl Rtl {
                     continue;
                 }
                 // SAFETY: an image check touches no memory.
-                if let Err(e) = unsafe { dev.device.raw() }.check_image(&img.bytes) {
+                if let Err(e) = unsafe { offload::raw::device(&dev.device) }.check_image(&img.bytes)
+                {
                     lock(&dev.state).refused.insert((lib, i), e.to_string());
                     continue;
                 }
-                let program = dev
-                    .device
-                    .load(&img.bytes)
+                // SAFETY: the program's own device image, which clang-19 embedded and libomp
+                // registered: trusted as the program's host code is, as upstream does.
+                let program = unsafe { dev.device.load_trusted(&img.bytes) }
                     .map_err(|e| format!("loading image {i} on device {}: {e}", dev.id))?;
                 ompt::device_load(dev.id, &img.bytes, program.handle().0);
                 // The device side of every entry, found without the state lock.
@@ -904,7 +908,7 @@ impl Rtl {
                 for e in img.entries.iter() {
                     if e.size != 0 {
                         // SAFETY: a lookup touches no memory.
-                        let g = unsafe { dev.device.raw() }
+                        let g = unsafe { offload::raw::device(&dev.device) }
                             .global(program.handle(), &e.name)
                             .map_err(|err| {
                                 format!("global '{}' on device {}: {err}", e.name, dev.id)
@@ -1067,8 +1071,10 @@ impl Rtl {
                 // its arguments together (the mapped addresses of the region's variables, each
                 // mapped at the size the program states), so the arguments are the kernel's
                 // parameters.
-                unsafe { program.launch(&k.kernel, &LaunchDims::linear(1, 1), &a) }
-                    .map_err(|e| format!("kernel {} on device {}: {e}", k.name, dev.id))
+                unsafe {
+                    offload::raw::launch(&program, None, &k.kernel, &LaunchDims::linear(1, 1), &a)
+                }
+                .map_err(|e| format!("kernel {} on device {}: {e}", k.name, dev.id))
             }
             Some(g) => self.launch_gpu(work, g, &program, &k, args, request),
         }
@@ -1126,8 +1132,8 @@ impl Rtl {
                         )
                     });
                     // SAFETY: a fresh allocation of the block's length.
-                    unsafe { dev.device.raw() }
-                        .write(offload::DevicePtr(env), &block)
+                    unsafe { offload::raw::device(&dev.device)
+                        .write(offload::DevicePtr(env), &block) }
                         .map_err(|e| format!("writing the kernel launch environment: {e}"))?;
                     a.push(KernelArg::Word(env));
                 }
@@ -1142,9 +1148,9 @@ impl Rtl {
                 // SAFETY: as on the host: the compiler made the kernel and its arguments
                 // together; on a queue, what the arguments point to lives until the construct's
                 // work has run (`nowait::Work` frees it only then).
-                Some(q) => unsafe { program.launch_on(q, &k.kernel, &dims, &a) },
+                Some(q) => unsafe { offload::raw::launch(program, Some(q), &k.kernel, &dims, &a) },
                 // SAFETY: as on the host.
-                None => unsafe { program.launch(&k.kernel, &dims, &a) },
+                None => unsafe { offload::raw::launch(program, None, &k.kernel, &dims, &a) },
             }
             .map_err(|e| e.to_string())
         })()

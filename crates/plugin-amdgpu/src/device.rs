@@ -73,6 +73,17 @@ struct HostLock {
 /// unsettled copy (its wait failed) may still be running, so what it uses must stay.
 type Settled<T> = (Result<T>, bool);
 
+/// The result of an operation as the layer gets it: a failure that did not settle is
+/// [`Error::Unsettled`], so that the layer quarantines the memory it used
+/// (`offload_plugin_common::health`).
+fn settle<T>((out, settled): Settled<T>) -> Result<T> {
+    if settled {
+        out
+    } else {
+        out.map_err(Error::unsettled)
+    }
+}
+
 /// One copy's use of a lock of [`HOST_LOCKS`]; dropping it gives the lock back: the last
 /// settled use unlocks it. An unsettled use (the copy may still be running, or `f` panicked)
 /// takes the lock out of the table without unlocking it: the pages stay locked for good (for
@@ -608,7 +619,7 @@ impl AmdDevice {
                         )?
                     };
                 }
-                return f(agent_address()).0;
+                return settle(f(agent_address()));
             }
             if info.kind == hsa::pointer_type::LOCKED {
                 // Not locked by this plugin (its locks are in the table): the application's.
@@ -625,7 +636,7 @@ impl AmdDevice {
                         self.info.name
                     )));
                 }
-                return f(agent_address()).0;
+                return settle(f(agent_address()));
             }
             let mut agent = self.agent;
             let mut agent_ptr: *mut c_void = std::ptr::null_mut();
@@ -669,7 +680,7 @@ impl AmdDevice {
         };
         let (out, settled) = f(agent_ptr as *mut c_void);
         using.settled = settled;
-        out
+        settle((out, settled))
     }
 
     /// Runs `f` on a pinned copy of `host..host+len` (the source of a copy to the device): host
@@ -691,7 +702,7 @@ impl AmdDevice {
             // The copy has completed (or never started): nothing reads it.
             self.free(staging, len as u64, MemoryKind::Host);
         }
-        Ok(out)
+        Ok(settle((out, settled)))
     }
 
     /// What the runtime knows of `host`, and whether this agent may reach it.
@@ -1306,14 +1317,13 @@ impl DeviceBackend for AmdDevice {
                 let len = usize::try_from(len).map_err(|_| {
                     Error::InvalidArgument(format!("{len} bytes cannot be copied here"))
                 })?;
-                self.dma(
+                settle(self.dma(
                     dst.0 as *mut c_void,
                     self.agent,
                     src.0 as *const c_void,
                     self.agent,
                     len,
-                )
-                .0
+                ))
             }
             Op::Launch {
                 kernel,
@@ -1398,7 +1408,10 @@ impl DeviceBackend for AmdDevice {
                         )
                     })();
                     self.kernarg_done(bytes.len(), area, completed);
-                    result
+                    // A dispatch that did not complete is settled only if its queue has
+                    // stopped (an error halts it: nothing of it runs on); after a memory
+                    // fault, or a wait that gave up, the GPU may still run it.
+                    settle((result, completed || queue.failed().is_some()))
                 };
                 match stream {
                     Some(q) => run(q),

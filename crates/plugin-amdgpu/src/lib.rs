@@ -88,9 +88,25 @@ struct Found {
 }
 
 /// The AMD GPU backend: the runtime is loaded on `init`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AmdgpuBackend {
     found: OnceLock<Found>,
+}
+
+impl AmdgpuBackend {
+    /// A backend that has not touched the runtime yet.
+    ///
+    /// # Safety
+    /// The backend hands out raw devices ([`Backend::device`](offload_plugin_common::Backend::device)):
+    /// their hooks copy through, launch with and free the pointers they are given, unchecked.
+    /// The caller uses it only as `offload_plugin_common::Plugin` does (through
+    /// [`Plugin::new`](offload_plugin_common::Plugin::new), which checks every pointer against the
+    /// regions it tracks before a hook sees it) or keeps those checks itself.
+    pub unsafe fn new() -> Self {
+        AmdgpuBackend {
+            found: OnceLock::new(),
+        }
+    }
 }
 
 unsafe extern "C" fn collect_agent(agent: Handle, data: *mut c_void) -> c_int {

@@ -62,7 +62,9 @@ pub fn open_driver<T>(
     let mut passed_over: Vec<String> = Vec::new();
     let mut loader_error = String::new();
     for c in &candidates {
-        let lib = match DriverLibrary::open(c, what) {
+        // SAFETY: the candidates are the driver's own library names and the file the user's
+        // variable names: trusted as the dynamic loader trusts its search path.
+        let lib = match unsafe { DriverLibrary::open(c, what) } {
             Ok(lib) => lib,
             Err(e) => {
                 loader_error = e;
@@ -111,9 +113,14 @@ impl std::fmt::Debug for DriverLibrary {
 impl DriverLibrary {
     /// Opens `path` (a file name the dynamic loader searches for, or a path); the loader's
     /// message when it cannot.
-    pub fn open(path: &str, what: &'static str) -> std::result::Result<Self, String> {
+    ///
+    /// # Safety
+    /// Opening the library runs its initialisers in this process, and the entry points it
+    /// resolves are called with the driver's C signatures: the caller trusts the file as the
+    /// driver it names (`what`), as the dynamic loader trusts what `LD_LIBRARY_PATH` finds.
+    pub unsafe fn open(path: &str, what: &'static str) -> std::result::Result<Self, String> {
         // SAFETY: opening a driver runs its initialisers, which is what using the driver
-        // means; it is never closed.
+        // means (this function's contract); it is never closed.
         let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
         Ok(DriverLibrary {
             lib: std::mem::ManuallyDrop::new(lib),
@@ -248,9 +255,12 @@ mod tests {
 
     #[test]
     fn a_missing_library_or_entry_point_is_an_error_naming_it() {
-        let e = DriverLibrary::open("libno-such-driver.so.7", "the test driver").unwrap_err();
+        // SAFETY: no such file: nothing is opened.
+        let e = unsafe { DriverLibrary::open("libno-such-driver.so.7", "the test driver") }
+            .unwrap_err();
         assert!(e.contains("libno-such-driver.so.7"), "{e}");
-        let lib = DriverLibrary::open("libc.so.6", "the test driver").unwrap();
+        // SAFETY: the C library, already loaded in this process.
+        let lib = unsafe { DriverLibrary::open("libc.so.6", "the test driver") }.unwrap();
         assert!(lib.address(c"strlen").is_some());
         assert!(lib.address(c"no_such_entry_point").is_none());
         let entry = EntryPoint::default();

@@ -28,6 +28,7 @@
 pub mod args;
 pub mod dylib;
 pub mod handles;
+pub mod health;
 pub mod jit;
 pub mod memory;
 pub mod queue;
@@ -283,7 +284,10 @@ pub fn copy_within<D: DeviceBackend>(
         {
             result = result.and(backend.sync_stream(stream));
         }
-        backend.free(tmp, len, MemoryKind::Device);
+        // A copy that did not settle may still write it: never freed (health.rs).
+        if !result.as_ref().is_err_and(Error::is_unsettled) {
+            backend.free(tmp, len, MemoryKind::Device);
+        }
         return result;
     }
     // Copying up: the top piece first; copying down: the bottom one. Each piece is at most
@@ -300,11 +304,23 @@ pub fn copy_within<D: DeviceBackend>(
 /// Above this many pieces an overlapping device copy goes through a temporary allocation.
 pub const MAX_COPY_PIECES: u64 = 8;
 
-/// Turns a backend into a plugin: `plugin_common::export_backend!(MyBackend::new);`.
+/// Turns a backend into a plugin library's entry point:
+/// `offload_plugin_common::export_backend!(unsafe MyBackend::new);`.
+///
+/// The `unsafe` is the exporting crate's word for what [`Plugin::new`] asks (its backend keeps
+/// [`DeviceBackend`]'s contract) and for what `MyBackend::new` asks, if it is an `unsafe fn`
+/// (the layer is the only user of its raw devices): the macro calls both.
 #[macro_export]
 macro_rules! export_backend {
-    ($ctor:expr) => {
-        $crate::offload_abi::export_plugin!(|| $crate::Plugin::new($ctor()));
+    (unsafe $ctor:path) => {
+        $crate::offload_abi::export_plugin!(unsafe || {
+            // SAFETY: the invocation says `unsafe`: the exporting crate promises that its
+            // backend keeps the hooks' contract, and only the layer uses its devices.
+            #[allow(unused_unsafe)]
+            unsafe {
+                $crate::Plugin::new($ctor())
+            }
+        });
     };
 }
 
@@ -342,6 +358,7 @@ pub struct Device<D: DeviceBackend> {
     queues: Table<Arc<QueueEntry<D>>>,
     events: Table<Arc<queue::Event>>,
     regions: Arc<Regions>,
+    health: Arc<health::Health>,
 }
 
 impl<D: DeviceBackend> std::fmt::Debug for Device<D> {
@@ -370,12 +387,25 @@ impl<D: DeviceBackend> Device<D> {
             queues: Table::new(plugin, index, Kind::Queue),
             events: Table::new(plugin, index, Kind::Event),
             regions: Arc::default(),
+            health: Arc::default(),
         }
     }
 
     /// The backend's device.
     pub fn backend(&self) -> &D {
         &self.backend
+    }
+
+    /// Whether an operation that did not settle has failed the device for good
+    /// ([`health`]).
+    pub fn is_failed(&self) -> bool {
+        self.health.is_failed()
+    }
+
+    /// Before an operation: the device is not failed for good, and the backend is entered.
+    fn enter(&self) -> Result<()> {
+        self.health.check(&self.name)?;
+        self.backend.enter()
     }
 
     fn compute_unit(&self) -> Result<&str> {
@@ -395,8 +425,10 @@ impl<D: DeviceBackend> Device<D> {
     ) -> Result<()> {
         match queue {
             None => {
-                // Queued work on the same memory first (memory.rs).
+                // Queued work on the same memory first (memory.rs); it may have failed the
+                // device meanwhile.
                 hold.wait_queued();
+                self.health.check(&self.name)?;
                 let guards = if self.backend.locks_regions() {
                     hold.lock()
                 } else {
@@ -404,34 +436,39 @@ impl<D: DeviceBackend> Device<D> {
                 };
                 let result = op(&self.backend, None);
                 drop(guards);
-                result
+                // Released when settled; quarantined when not (health.rs).
+                self.health.end(result, Box::new(hold))
             }
             Some(q) => {
                 let entry = self.queues.get(q.0)?;
                 let backend = self.backend.clone();
-                let stream = entry.stream.clone();
+                let (stream, health, name) =
+                    (entry.stream.clone(), self.health.clone(), self.name.clone());
                 let mark = hold.mark_queued();
                 if self.streamed() {
-                    // Kept until the stream has been drained after the operation.
+                    // Kept until the stream has been drained after the operation (and
+                    // quarantined by the queue if that drain does not settle).
                     return entry.queue.submit_enqueued(Box::new(move |keep| {
                         keep.push(Box::new((hold, mark)));
+                        health.check(&name)?;
                         backend.enter()?;
                         op(&backend, Some(&stream))
                     }));
                 }
                 entry.queue.submit(
                     Box::new(move |_| {
-                        backend.enter()?;
-                        let guards = if backend.locks_regions() {
-                            hold.lock()
-                        } else {
-                            Vec::new()
-                        };
-                        let result = op(&backend, Some(&stream));
-                        drop(guards);
-                        drop(hold);
-                        drop(mark);
-                        result
+                        let result = health.check(&name).and_then(|()| {
+                            backend.enter()?;
+                            let guards = if backend.locks_regions() {
+                                hold.lock()
+                            } else {
+                                Vec::new()
+                            };
+                            let result = op(&backend, Some(&stream));
+                            drop(guards);
+                            result
+                        });
+                        health.end(result, Box::new((hold, mark)))
                     }),
                     false,
                 )
@@ -467,8 +504,8 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         select::for_device(&self.served, &*self.backend, &self.name, &cu, image).map(|_| ())
     }
 
-    fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
-        self.backend.enter()?;
+    unsafe fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
+        self.enter()?;
         let cu = self.compute_unit()?.to_string();
         let choice = select::for_device(&self.served, &*self.backend, &self.name, &cu, image)?;
         let from = |e: Error| match &choice.entry {
@@ -509,7 +546,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         self.programs.insert(Arc::new(entry)).map(ProgramHandle)
     }
 
-    fn unload_image(&self, program: ProgramHandle) -> Result<()> {
+    unsafe fn unload_image(&self, program: ProgramHandle) -> Result<()> {
         let entry = self.programs.remove(program.0)?;
         self.kernels
             .remove_where(|k| Arc::ptr_eq(&k.program, &entry));
@@ -519,7 +556,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
-        self.backend.enter()?;
+        self.enter()?;
         let entry = self.programs.get(program.0)?;
         let (kernel, params) = self.backend.kernel(&entry.program, name)?;
         // What the backend reads of the loaded image first (it knows its device's parameter
@@ -542,7 +579,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     fn global(&self, program: ProgramHandle, name: &str) -> Result<GlobalSymbol> {
-        self.backend.enter()?;
+        self.enter()?;
         let entry = self.programs.get(program.0)?;
         let g = self.backend.global(&entry.program, name)?;
         if g.size > 0 {
@@ -555,7 +592,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
-        self.backend.enter()?;
+        self.enter()?;
         let ptr = self.backend.alloc(size, kind)?;
         let backend = self.backend.clone();
         self.regions.insert(Region::new(
@@ -570,7 +607,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         Ok(ptr)
     }
 
-    fn free(&self, ptr: DevicePtr) -> Result<()> {
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
         self.regions.free(ptr, &self.name)
     }
 
@@ -581,7 +618,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        self.backend.enter()?;
+        self.enter()?;
         let mut hold = Hold::default();
         self.pin(&mut hold, dst, len as u64, "copy to device")?;
         let src = HostPtr(src as *mut u8);
@@ -597,7 +634,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        self.backend.enter()?;
+        self.enter()?;
         let mut hold = Hold::default();
         self.pin(&mut hold, src, len as u64, "copy from device")?;
         let dst = HostPtr(dst);
@@ -606,14 +643,14 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         })
     }
 
-    fn copy_device_to_device(
+    unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
         len: u64,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        self.backend.enter()?;
+        self.enter()?;
         let mut hold = Hold::default();
         self.pin(&mut hold, src, len, "device copy source")?;
         self.pin(&mut hold, dst, len, "device copy destination")?;
@@ -634,7 +671,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         args: &[KernelArg],
         queue: Option<QueueHandle>,
     ) -> Result<()> {
-        self.backend.enter()?;
+        self.enter()?;
         let k = self.kernels.get(kernel.0)?;
         // OpenMP's host side passes a word per captured variable; the kernel may take fewer
         // (a `declare target` variable is the device's own): the words past its parameters are
@@ -695,7 +732,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     fn queue_create(&self) -> Result<QueueHandle> {
-        self.backend.enter()?;
+        self.enter()?;
         let stream = Arc::new(self.backend.stream_create()?);
         // The handle is not known before the insert; the thread is named by a serial.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -712,7 +749,9 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         } else {
             None
         };
-        let queue = queue::Queue::new(name, drain)?;
+        let health = self.health.clone();
+        let quarantine: queue::Quarantine = Box::new(move |keep, why| health.quarantine(keep, why));
+        let queue = queue::Queue::new(name, drain, Some(quarantine))?;
         self.queues
             .insert(Arc::new(QueueEntry { queue, stream }))
             .map(QueueHandle)
@@ -779,7 +818,15 @@ impl<B: Backend> std::fmt::Debug for Plugin<B> {
 
 impl<B: Backend> Plugin<B> {
     /// Wraps a backend (cheap: nothing is initialised).
-    pub fn new(backend: B) -> Self {
+    ///
+    /// # Safety
+    /// The plugin's devices are raw ([`GenericDevice`]), and the safe API above trusts what they
+    /// report: the backend keeps [`DeviceBackend`]'s contract. `alloc` returns memory of the
+    /// kind asked for, `size` bytes long, which only `free` ends, and host and shared memory
+    /// are memory of this process when [`Backend`] says so. `execute` does what its `Op` says
+    /// and touches nothing else. `load` and `kernel` describe the image truly (the parameter
+    /// types they return are the kernel's).
+    pub unsafe fn new(backend: B) -> Self {
         let backend = Arc::new(backend);
         let checker = backend.clone();
         let served = Arc::new(select::PluginClaims {

@@ -14,10 +14,12 @@
 //! other job (an event's, a wait's), and after [`MAX_IN_FLIGHT`] enqueued jobs; only then are
 //! their keep-alives dropped and the jobs counted as done. So the GPU runs a queue's operations
 //! back to back while `synchronize`, events and the memory's lifetime still mean "has run". A
-//! failure the drain reports fails the queue like a failed job; what the drained operations used
-//! is released all the same (the device has reported their work lost, and keeping it would
-//! leave synchronous operations on that memory waiting forever). Dropping a keep-alive runs
-//! backend code (a free, an unload): a panic there fails the queue too, never its thread.
+//! failure the drain reports fails the queue like a failed job. What the drained operations
+//! used is then released if the failure is *settled* (the device has reported their work
+//! ended or lost), and handed to the queue's [`Quarantine`] if it is not
+//! ([`Error::Unsettled`]: the device may still be at it), which never frees it. Dropping a
+//! keep-alive runs backend code (a free, an unload): a panic there fails the queue too, never
+//! its thread.
 
 use offload_core::{Error, Result};
 use std::any::Any;
@@ -40,6 +42,10 @@ pub type EnqueueJob = Box<dyn FnOnce(&mut Vec<KeepAlive>) -> Result<()> + Send>;
 
 /// Waits until everything enqueued on a queue's stream has run (its error, if any failed).
 pub type Drain = Box<dyn Fn() -> Result<()> + Send>;
+
+/// Takes what enqueued operations used when their drain failed unsettled
+/// ([`Error::Unsettled`]): it must never be dropped while the device may still touch it.
+pub type Quarantine = Box<dyn Fn(Vec<KeepAlive>, &Error) + Send>;
 
 /// At most this many enqueued jobs run ahead of a drain.
 pub const MAX_IN_FLIGHT: usize = 1024;
@@ -71,6 +77,7 @@ struct InFlight {
     jobs: u64,
     keep: Vec<KeepAlive>,
     drain: Option<Drain>,
+    quarantine: Option<Quarantine>,
 }
 
 impl InFlight {
@@ -89,7 +96,15 @@ impl InFlight {
             None => Ok(()),
         };
         let keep = std::mem::take(&mut self.keep);
-        if let Err(m) = offload_core::panic::catch(move || drop(keep)) {
+        if let Err(e) = &outcome
+            && e.is_unsettled()
+        {
+            match &self.quarantine {
+                Some(q) => q(keep, e),
+                // Nobody to hand it to: never dropped.
+                None => std::mem::forget(keep),
+            }
+        } else if let Err(m) = offload_core::panic::catch(move || drop(keep)) {
             outcome = outcome.and(Err(Error::PluginPanic(format!(
                 "releasing what the work of {name} used panicked: {m}"
             ))));
@@ -120,8 +135,13 @@ fn finish(state: &Shared, jobs: u64, outcome: Result<()>) {
 impl Queue {
     /// Starts a queue's worker thread; `name` appears in messages and as the thread's name.
     /// `drain` waits for the stream that enqueued jobs put their operations on (`None`: the
-    /// queue takes no enqueued jobs that outlive their call).
-    pub fn new(name: String, drain: Option<Drain>) -> Result<Queue> {
+    /// queue takes no enqueued jobs that outlive their call); `quarantine` takes what they
+    /// used when a drain fails unsettled (`None`: it is leaked).
+    pub fn new(
+        name: String,
+        drain: Option<Drain>,
+        quarantine: Option<Quarantine>,
+    ) -> Result<Queue> {
         let (tx, rx) = mpsc::channel::<Message>();
         let state: Shared = Arc::default();
         let worker_state = state.clone();
@@ -133,6 +153,7 @@ impl Queue {
                     jobs: 0,
                     keep: Vec::new(),
                     drain,
+                    quarantine,
                 };
                 loop {
                     let message = if in_flight.jobs == 0 && in_flight.keep.is_empty() {
@@ -400,7 +421,7 @@ mod tests {
             Box::new(|_: Option<&Error>| Err(Error::DeviceFailure("boom".into()))) as Job,
             Box::new(|_: Option<&Error>| -> Result<()> { panic!("kaboom") }) as Job,
         ] {
-            let q = Queue::new("queue t".into(), None).unwrap();
+            let q = Queue::new("queue t".into(), None, None).unwrap();
             let ran = Arc::new(AtomicU32::new(0));
             let r = ran.clone();
             q.submit(
@@ -445,6 +466,7 @@ mod tests {
         enqueued: Mutex<Vec<u32>>,
         ran: Mutex<Vec<u32>>,
         fail_next_drain: std::sync::atomic::AtomicBool,
+        unsettle_next_drain: std::sync::atomic::AtomicBool,
     }
 
     /// Records when it is dropped: after the drain that ran its operation, or not.
@@ -458,16 +480,33 @@ mod tests {
     }
 
     fn streamed_queue(stream: &Arc<FakeStream>) -> Queue {
+        streamed_queue_quarantining(stream, &Arc::default())
+    }
+
+    /// A queue whose unsettled drains hand what they held to `quarantined`.
+    fn streamed_queue_quarantining(
+        stream: &Arc<FakeStream>,
+        quarantined: &Arc<Mutex<Vec<KeepAlive>>>,
+    ) -> Queue {
         let s = stream.clone();
+        let quarantined = quarantined.clone();
         Queue::new(
             "queue s".into(),
             Some(Box::new(move || {
+                if s.unsettle_next_drain.swap(false, Ordering::SeqCst) {
+                    // The wait gave up: the operations may still be running, not "ran".
+                    return Err(Error::Unsettled("the wait gave up".into()));
+                }
                 let mut ops = std::mem::take(&mut *s.enqueued.lock().unwrap());
                 s.ran.lock().unwrap().append(&mut ops);
                 if s.fail_next_drain.swap(false, Ordering::SeqCst) {
                     return Err(Error::DeviceFailure("the stream faulted".into()));
                 }
                 Ok(())
+            })),
+            Some(Box::new(move |keep, e| {
+                assert!(e.is_unsettled());
+                quarantined.lock().unwrap().extend(keep);
             })),
         )
         .unwrap()
@@ -555,6 +594,42 @@ mod tests {
     }
 
     #[test]
+    fn an_unsettled_drain_quarantines_what_the_work_used_and_never_drops_it() {
+        let stream = Arc::new(FakeStream::default());
+        let dropped = Arc::new(Mutex::new(Vec::new()));
+        let quarantined = Arc::new(Mutex::new(Vec::new()));
+        let q = streamed_queue_quarantining(&stream, &quarantined);
+        enqueue(&q, &stream, 1, &dropped);
+        enqueue(&q, &stream, 2, &dropped);
+        q.synchronize().unwrap();
+        assert_eq!(*dropped.lock().unwrap(), vec![(1, true), (2, true)]);
+        // A drain that gives up before the work ended: what op 3 uses goes to the quarantine,
+        // not to a drop, and the queue is failed for good.
+        stream.unsettle_next_drain.store(true, Ordering::SeqCst);
+        enqueue(&q, &stream, 3, &dropped);
+        let e = q.synchronize().unwrap_err();
+        assert!(e.is_unsettled(), "{e:?}");
+        assert_eq!(dropped.lock().unwrap().len(), 2, "released while unsettled");
+        assert_eq!(quarantined.lock().unwrap().len(), 1);
+        assert!(q.submit_enqueued(Box::new(|_| Ok(()))).is_err());
+        drop(q);
+        assert_eq!(
+            dropped.lock().unwrap().len(),
+            2,
+            "released when the queue went"
+        );
+        // A settled failure (the drain reports the work lost) releases as before.
+        stream.fail_next_drain.store(true, Ordering::SeqCst);
+        let q = streamed_queue_quarantining(&stream, &quarantined);
+        enqueue(&q, &stream, 5, &dropped);
+        assert!(!q.synchronize().unwrap_err().is_unsettled());
+        assert_eq!(dropped.lock().unwrap().last(), Some(&(5, true)));
+        assert_eq!(quarantined.lock().unwrap().len(), 1);
+        // The quarantine's items are never dropped, even after the test.
+        std::mem::forget(std::mem::take(&mut *quarantined.lock().unwrap()));
+    }
+
+    #[test]
     fn synchronize_returns_only_after_the_drain_and_at_most_max_in_flight_run_ahead() {
         // The drain is slow and records how many operations it found waiting: `synchronize`
         // must see every one run, and no drain may find more than MAX_IN_FLIGHT.
@@ -570,6 +645,7 @@ mod tests {
                 s.ran.lock().unwrap().append(&mut ops);
                 Ok(())
             })),
+            None,
         )
         .unwrap();
         // The first job waits until every other one is submitted, so the worker never finds
@@ -630,8 +706,8 @@ mod tests {
     #[test]
     fn events_order_work_across_queues() {
         let (a, b) = (
-            Queue::new("a".into(), None).unwrap(),
-            Queue::new("b".into(), None).unwrap(),
+            Queue::new("a".into(), None, None).unwrap(),
+            Queue::new("b".into(), None, None).unwrap(),
         );
         let log = Arc::new(Mutex::new(Vec::new()));
         let ev = Arc::new(Event::default());

@@ -324,9 +324,16 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Waits for `stream`. A failure is settled when it is a fault that ends the context's
+    /// work (a sticky error: [`Error::DeviceFailure`]); any other (an invalid handle or context,
+    /// a driver that gave up) says nothing of whether the work ended, so it is
+    /// [`Error::Unsettled`] and the layer keeps what the work uses (the layer's `health`).
     fn sync(&self, stream: CUstream) -> Result<()> {
         // SAFETY: a stream of this context (or the default stream).
-        unsafe { self.driver.cuStreamSynchronize(stream) }
+        unsafe { self.driver.cuStreamSynchronize(stream) }.map_err(|e| match e {
+            Error::DeviceFailure(_) => e,
+            e => e.unsettled(),
+        })
     }
 }
 

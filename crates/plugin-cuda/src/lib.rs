@@ -81,10 +81,27 @@ pub fn check_native(image: &[u8], kind: &ImageKind) -> Result<()> {
 }
 
 /// The CUDA backend: the driver is loaded on `init`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CudaBackend {
     driver: OnceLock<Arc<Driver>>,
     ptxas: OnceLock<Result<Option<offload_jit_client::ptxas::Ptxas>>>,
+}
+
+impl CudaBackend {
+    /// A backend that has not touched the driver yet.
+    ///
+    /// # Safety
+    /// The backend hands out raw devices ([`Backend::device`](offload_plugin_common::Backend::device)):
+    /// their hooks copy through, launch with and free the pointers they are given, unchecked.
+    /// The caller uses it only as `offload_plugin_common::Plugin` does (through
+    /// [`Plugin::new`](offload_plugin_common::Plugin::new), which checks every pointer against the
+    /// regions it tracks before a hook sees it) or keeps those checks itself.
+    pub unsafe fn new() -> Self {
+        CudaBackend {
+            driver: OnceLock::new(),
+            ptxas: OnceLock::new(),
+        }
+    }
 }
 
 impl CudaBackend {

@@ -95,15 +95,24 @@ impl HostJit {
 }
 
 /// The host backend: its worker pool and devices are made on `init`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HostBackend {
     pool: OnceLock<(Arc<pool::Pool>, u32)>,
 }
 
 impl HostBackend {
     /// A backend that has not touched anything yet.
-    pub fn new() -> Self {
-        Self::default()
+    ///
+    /// # Safety
+    /// The backend hands out raw devices ([`Backend::device`](offload_plugin_common::Backend::device)):
+    /// their hooks copy through, launch with and free the pointers they are given, unchecked.
+    /// The caller uses it only as `offload_plugin_common::Plugin` does (through
+    /// [`Plugin::new`](offload_plugin_common::Plugin::new), which checks every pointer against the
+    /// regions it tracks before a hook sees it) or keeps those checks itself.
+    pub unsafe fn new() -> Self {
+        HostBackend {
+            pool: OnceLock::new(),
+        }
     }
 }
 

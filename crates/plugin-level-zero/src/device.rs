@@ -126,7 +126,10 @@ impl Stream {
 
     /// Waits until everything appended so far has run: the event reset, a barrier that
     /// signals it appended, the event waited for on the host (reset first, so that a signal
-    /// left by a drain that failed half way cannot pass for this one).
+    /// left by a drain that failed half way cannot pass for this one). A failure is settled
+    /// only when the device is lost ([`Error::DeviceFailure`]: its work is gone); any other
+    /// (a barrier not appended, a wait that gave up) leaves the appended work running, so it
+    /// is [`Error::Unsettled`] and the layer keeps what that work uses.
     fn drain(&self) -> Result<()> {
         let mut unfenced = offload_core::sync::lock(&self.unfenced);
         // SAFETY: the list's lock is held; the event is this stream's alone.
@@ -137,6 +140,10 @@ impl Stream {
             *unfenced = false;
             self.ze.zeEventHostSynchronize(self.event, ze::FOREVER)
         }
+        .map_err(|e| match e {
+            Error::DeviceFailure(_) => e,
+            e => e.unsettled(),
+        })
     }
 }
 

@@ -56,12 +56,29 @@ unsafe impl Send for Gpus {}
 unsafe impl Sync for Gpus {}
 
 /// The Level Zero backend: the loader is opened on `init`.
-#[derive(Default)]
 pub struct LevelZeroBackend {
     ze: OnceLock<Arc<Ze>>,
     gpus: OnceLock<Gpus>,
     /// One context per driver, made for its first device, shared by the others.
     contexts: std::sync::Mutex<Vec<(usize, std::sync::Weak<Context>)>>,
+}
+
+impl LevelZeroBackend {
+    /// A backend that has not touched the loader yet.
+    ///
+    /// # Safety
+    /// The backend hands out raw devices ([`Backend::device`](offload_plugin_common::Backend::device)):
+    /// their hooks copy through, launch with and free the pointers they are given, unchecked.
+    /// The caller uses it only as `offload_plugin_common::Plugin` does (through
+    /// [`Plugin::new`](offload_plugin_common::Plugin::new), which checks every pointer against the
+    /// regions it tracks before a hook sees it) or keeps those checks itself.
+    pub unsafe fn new() -> Self {
+        LevelZeroBackend {
+            ze: OnceLock::new(),
+            gpus: OnceLock::new(),
+            contexts: std::sync::Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl std::fmt::Debug for LevelZeroBackend {

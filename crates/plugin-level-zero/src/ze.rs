@@ -636,9 +636,14 @@ impl Ze {
         }
         let why: Vec<String> = drivers
             .split(',')
-            .map(|d| match DriverLibrary::open(d, "a Level Zero driver") {
-                Ok(_) => format!("{d} opens, but the loader did not accept it"),
-                Err(e) => e,
+            .map(|d| {
+                // SAFETY: the drivers the loader itself would open (its default, or the ones
+                // the user's ZE_ENABLE_ALT_DRIVERS names), trusted as the loader trusts them.
+                let opened = unsafe { DriverLibrary::open(d, "a Level Zero driver") };
+                match opened {
+                    Ok(_) => format!("{d} opens, but the loader did not accept it"),
+                    Err(e) => e,
+                }
             })
             .collect();
         match alt {

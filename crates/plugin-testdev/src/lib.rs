@@ -271,12 +271,16 @@ fn guarded_copy(table: &PluginTable, size: usize, minor: u16) -> *const PluginTa
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_plugin_entry() -> *const PluginTable {
     static TABLE: Mutex<Option<&'static PluginTable>> = Mutex::new(None);
-    let table = offload_abi::export::entry(&TABLE, || {
-        if mode() == "panic-entry" {
-            panic!("testdev constructor panics (OFFLOAD_TESTDEV_MODE=panic-entry)");
-        }
-        Box::new(Plugin::new(TestBackend))
-    });
+    // SAFETY: the test backend keeps the hooks' contract (its memory is host memory it
+    // allocates; its operations are plain copies), and only the layer uses its devices.
+    let table = unsafe {
+        offload_abi::export::entry(&TABLE, || {
+            if mode() == "panic-entry" {
+                panic!("testdev constructor panics (OFFLOAD_TESTDEV_MODE=panic-entry)");
+            }
+            Box::new(Plugin::new(TestBackend))
+        })
+    };
     if table.is_null() {
         return table;
     }

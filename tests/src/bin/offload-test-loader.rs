@@ -39,11 +39,13 @@ fn main() -> ExitCode {
                     for i in 0..images.len() {
                         let (image, want) = &images[(i + t) % images.len()];
                         let out = device.alloc_buffer(256).expect("buffer");
-                        let result = device.load(image).and_then(|p| {
+                        let result = offload_tests::load(device, image).and_then(|p| {
                             let k = p.kernel("which")?;
                             // SAFETY: the buffers are as long as the kernel touches for these arguments.
                             unsafe {
-                                p.launch(
+                                offload::raw::launch(
+                                    &p,
+                                    None,
                                     &k,
                                     &LaunchDims::linear(2, 32),
                                     &[KernelArg::Ptr(out.ptr())],

@@ -2,4 +2,4 @@
 //! [`offload_amdgpu::AmdgpuBackend`]. Only this package defines the entry, so the backend's rlib can
 //! be linked into tests and programs next to other backends.
 
-offload_plugin_common::export_backend!(offload_amdgpu::AmdgpuBackend::default);
+offload_plugin_common::export_backend!(unsafe offload_amdgpu::AmdgpuBackend::new);

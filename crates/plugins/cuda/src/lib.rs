@@ -2,4 +2,4 @@
 //! [`offload_cuda::CudaBackend`]. Only this package defines the entry, so the backend's rlib can
 //! be linked into tests and programs next to other backends.
 
-offload_plugin_common::export_backend!(offload_cuda::CudaBackend::default);
+offload_plugin_common::export_backend!(unsafe offload_cuda::CudaBackend::new);

@@ -3,4 +3,4 @@
 //! runtime can also link into a program (the `offload` crate's `host` feature); only this
 //! package defines the entry, so the two never collide.
 
-offload_plugin_common::export_backend!(offload_host::HostBackend::new);
+offload_plugin_common::export_backend!(unsafe offload_host::HostBackend::new);

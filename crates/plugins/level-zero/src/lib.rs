@@ -2,4 +2,4 @@
 //! [`offload_level_zero::LevelZeroBackend`]. Only this package defines the entry, so the
 //! backend's rlib can be linked into tests and programs next to other backends.
 
-offload_plugin_common::export_backend!(offload_level_zero::LevelZeroBackend::default);
+offload_plugin_common::export_backend!(unsafe offload_level_zero::LevelZeroBackend::new);
