@@ -23,13 +23,15 @@
  *
  * Environment: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_CC ("9.0"), FAKE_CUDA_MEMORY (bytes
  * that may be allocated at once), FAKE_CUDA_LOG (file the log lines are appended to),
- * FAKE_CUDA_NO_PARAM_INFO, FAKE_CUDA_KERNEL_LIMITS and FAKE_CUDA_FAULT (below). Launches are
+ * FAKE_CUDA_NO_PARAM_INFO, FAKE_CUDA_KERNEL_LIMITS, FAKE_CUDA_FAULT and
+ * FAKE_CUDA_SYNC_GIVES_UP (below). Launches are
  * refused as the driver refuses them: more threads than the kernel's registers allow (701),
  * more dynamic shared memory than the kernel's attribute (INVALID_VALUE); the attribute can be
  * raised to the device's opt-in limit less the static size. */
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -476,11 +478,29 @@ CUresult cuStreamCreate(void **out, unsigned flags) {
   say("stream-create %u\n", flags);
   return OK;
 }
+/* FAKE_CUDA_SYNC_GIVES_UP="name:status": the first cuStreamSynchronize after a launch of
+ * kernel `name` returns `status` at once, without waiting, as a synchronize that fails for a
+ * reason that says nothing of the work does: the work still runs, later. */
+static _Atomic int give_up_next_sync;
+
+static int sync_give_up_status(const char *name) {
+  const char *e = getenv("FAKE_CUDA_SYNC_GIVES_UP");
+  size_t n = strlen(name);
+  if (e && !strncmp(e, name, n) && e[n] == ':')
+    return atoi(e + n + 1);
+  return 0;
+}
+
 CUresult cuStreamSynchronize(void *handle) {
   NEED_CONTEXT;
   struct stream *s = stream_of(handle, "cuStreamSynchronize");
   if (!s)
     return INVALID_CONTEXT;
+  int give_up = atomic_exchange(&give_up_next_sync, 0);
+  if (give_up) {
+    say("stream-synchronize-gives-up %d\n", give_up);
+    return give_up;
+  }
   say("stream-synchronize %s\n", s->is_default ? "default" : "stream");
   drain(s);
   return sticky[context_index()];
@@ -933,6 +953,9 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
   o->f = f;
   o->threads = (unsigned long)gx * gy * gz * bx * by * bz;
   enqueue(s, o);
+  int give_up = sync_give_up_status(f->name);
+  if (give_up)
+    atomic_store(&give_up_next_sync, give_up);
   return OK;
 }
 

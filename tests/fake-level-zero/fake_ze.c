@@ -18,7 +18,9 @@
  *   - `saxpy(n, a, x, y)`, `add_k(n, k, x)` and `reverse(in, out, __local tmp)` (each work-group
  *     reverses its slice through local memory) are computed; `fault` (or the kernel named by
  *     FAKE_ZE_FAULT) loses the device: the wait returns ZE_RESULT_ERROR_DEVICE_LOST, and so
- *     does every later wait;
+ *     does every later wait; after a launch of the kernel FAKE_ZE_SYNC_GIVES_UP="name:status"
+ *     names, the next host wait for an event returns `status` at once, without waiting (the
+ *     work still runs, later);
  *   - memory: device, host and shared allocations from the heap, FAKE_ZE_MEMORY bytes of
  *     device memory at most (ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY beyond), frees of anything
  *     not allocated logged ("bad-free"), copies outside allocations logged ("bad-copy"), and
@@ -681,12 +683,28 @@ static ze_result_t ZE_APICALL f_event_destroy(ze_event_handle_t e) {
   return ZE_RESULT_SUCCESS;
 }
 
+/* FAKE_ZE_SYNC_GIVES_UP: the status the next host wait returns at once (0: none). */
+static _Atomic int give_up_next_sync;
+
+static int sync_give_up_status(const char *name) {
+  const char *e = getenv("FAKE_ZE_SYNC_GIVES_UP");
+  size_t n = strlen(name);
+  if (e && !strncmp(e, name, n) && e[n] == ':')
+    return (int)strtol(e + n + 1, 0, 0);
+  return 0;
+}
+
 static ze_result_t ZE_APICALL f_event_sync(ze_event_handle_t eh, uint64_t timeout) {
   struct event *e = (struct event *)eh;
   if (!e->host_waitable) {
     /* What the host may wait for is undefined for such an event on a real driver. */
     say("event-not-host-visible\n");
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  }
+  int give_up = atomic_exchange(&give_up_next_sync, 0);
+  if (give_up) {
+    say("event-sync-gives-up %#x\n", (unsigned)give_up);
+    return (ze_result_t)give_up;
   }
   struct timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
@@ -1025,6 +1043,9 @@ static ze_result_t ZE_APICALL f_append_launch(ze_command_list_handle_t lh, ze_ke
   o->snapshot = *k;
   o->groups[0] = g->groupCountX, o->groups[1] = g->groupCountY, o->groups[2] = g->groupCountZ;
   enqueue((struct list *)lh, o);
+  int give_up = sync_give_up_status(name);
+  if (give_up)
+    atomic_store(&give_up_next_sync, give_up);
   return ZE_RESULT_SUCCESS;
 }
 

@@ -896,7 +896,7 @@ pub fn log_lines(log: &Path) -> Vec<String> {
         .collect()
 }
 
-/// What a failing queued launch came to ([`fail_a_queued_launch`]).
+/// What a failing launch came to ([`fail_a_launch`]).
 #[derive(Debug)]
 pub struct QueuedFailure {
     /// The device address of the buffer the launch wrote, which the program drops just after.
@@ -907,14 +907,16 @@ pub struct QueuedFailure {
     pub alloc_after: offload::Result<()>,
 }
 
-/// Launches `add` (`kernels/add_k.c`: `x[i] += k` for `i < n`) of `program` on a queue of
-/// `device` over a buffer of its own, on a fake driver set to fail that launch; synchronizes
-/// the queue (which must fail), drops the buffer and the queue as a program would, then
-/// allocates again. The caller reads the driver's log to see whether the buffer was freed.
-pub fn fail_a_queued_launch(
+/// Launches `add` (`kernels/add_k.c`: `x[i] += k` for `i < n`) of `program` over a buffer of
+/// its own, on a queue of `device` (`queued`) or synchronously, on a fake driver set to fail
+/// that launch; synchronizes the queue (which must fail), drops the buffer and the queue as a
+/// program would, then allocates again. The caller reads the driver's log to see whether the
+/// buffer was freed.
+pub fn fail_a_launch(
     device: &offload::Device,
     program: &offload::Program,
     add: &offload::Kernel,
+    queued: bool,
 ) -> QueuedFailure {
     use offload::{KernelArg, LaunchDims};
     let n = 256usize;
@@ -927,14 +929,14 @@ pub fn fail_a_queued_launch(
     let launched = unsafe {
         offload::raw::launch(
             program,
-            Some(&queue),
+            queued.then_some(&queue),
             add,
             &LaunchDims::linear(1, n as u32),
             &args,
         )
     };
     let error = match launched.and_then(|()| queue.synchronize()) {
-        Ok(()) => panic!("the fake driver was set to fail the launch of add_k"),
+        Ok(()) => panic!("the fake driver was set to fail the launch of add_k (queued: {queued})"),
         Err(e) => e,
     };
     let buffer = x.ptr().0;

@@ -1114,3 +1114,57 @@ fn the_gpu_check_runs_end_to_end_against_the_fake_runtime() {
     // LLVM's suite, recorded and replayed: amdgcn JIT and AOT, two tests each.
     assert_eq!(assert_suite_replayed(log, 2), 2);
 }
+
+/// An add_k launch, queued or not, on the fake runtime that `env` makes fail ([`fail_a_launch`]),
+/// and the runtime's log.
+fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (QueuedFailure, Vec<String>) {
+    let log = log_file(tag);
+    let rt = in_process(&log, &[env]);
+    let device = rt.device("amdgpu", 0).unwrap();
+    let image = amdgcn_jit(&amdgcn_bitcode("add_k", "gfx90a"), "gfx90a", &[], tag);
+    let program = offload_tests::load(&device, &image).unwrap();
+    let add = program.kernel("add_k").unwrap();
+    let failure = fail_a_launch(&device, &program, &add, queued);
+    drop((add, program, device, rt));
+    (failure, log_lines(&log))
+}
+
+#[test]
+fn a_memory_fault_under_a_dispatch_quarantines_the_memory_of_its_work_and_fails_the_device() {
+    // The wait for the dispatch ends with the fault, not with its completion signal: the GPU
+    // may still run it, so its buffer must never be freed, and the device takes no more.
+    let (failure, lines) =
+        add_k_failure("fault-unsettled", ("FAKE_HSA_FAULT", "add_k:memory"), true);
+    assert!(
+        lines.iter().any(|l| l == "memory-fault 0xdead0000 handled"),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, true, &lines);
+}
+
+#[test]
+fn a_queue_error_is_settled_and_the_memory_of_its_work_is_freed() {
+    // A queue error halts the queue: nothing of the dispatch runs on, so the buffer is freed,
+    // and the device still works (a new queue, a new allocation).
+    let (failure, lines) = add_k_failure("queue-settled", ("FAKE_HSA_FAULT", "add_k:queue"), true);
+    assert!(
+        lines.iter().any(|l| l.starts_with("queue-error")),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, false, &lines);
+    assert!(failure.alloc_after.is_ok(), "{:?}", failure.alloc_after);
+}
+
+#[test]
+fn a_memory_fault_under_a_synchronous_dispatch_quarantines_its_memory_too() {
+    let (failure, lines) = add_k_failure(
+        "sync-fault-unsettled",
+        ("FAKE_HSA_FAULT", "add_k:memory"),
+        false,
+    );
+    assert!(
+        lines.iter().any(|l| l == "memory-fault 0xdead0000 handled"),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, true, &lines);
+}

@@ -1137,3 +1137,66 @@ fn pointers_from_outside_the_plugin_reach_the_driver() {
         "{lines:#?}"
     );
 }
+
+/// An add_k launch, queued or not, on the fake driver that `env` makes fail ([`fail_a_launch`]),
+/// and the driver's log.
+fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (QueuedFailure, Vec<String>) {
+    let log = log_file(tag);
+    let rt = in_process(&log, &[env, ("FAKE_CUDA_DELAY_US", "20000")]);
+    let device = rt.device("cuda", 0).unwrap();
+    let image = nvptx_jit(
+        &nvptx_bitcode("add_k", "sm_90"),
+        "sm_90",
+        &["--emit-ptx"],
+        tag,
+    );
+    let program = offload_tests::load(&device, &image).unwrap();
+    let add = program.kernel("add_k").unwrap();
+    let failure = fail_a_launch(&device, &program, &add, queued);
+    drop((add, program, device, rt));
+    (failure, log_lines(&log))
+}
+
+#[test]
+fn a_synchronize_that_gives_up_quarantines_the_memory_of_the_work_and_fails_the_device() {
+    // The synchronize after the launch returns a non-sticky status without waiting: the work
+    // still runs 20 ms later, so its buffer must never be freed, and the device takes no more.
+    let (failure, lines) = add_k_failure(
+        "sync-gives-up",
+        ("FAKE_CUDA_SYNC_GIVES_UP", "add_k:46"),
+        true,
+    );
+    assert!(
+        lines.iter().any(|l| l == "stream-synchronize-gives-up 46"),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, true, &lines);
+}
+
+#[test]
+fn a_launch_the_driver_refuses_is_settled_and_the_memory_of_its_work_is_freed() {
+    // A launch the driver refuses (701: out of resources) never started: settled, the buffer
+    // is freed and the device still works. (A sticky fault is settled too, but then the driver
+    // refuses every call, frees included, so the fake's log cannot show the free.)
+    let (failure, lines) = add_k_failure("refused-settled", ("FAKE_CUDA_FAULT", "add_k:701"), true);
+    assert!(
+        lines.iter().any(|l| l == "launch-refused add_k status=701"),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, false, &lines);
+    assert!(failure.alloc_after.is_ok(), "{:?}", failure.alloc_after);
+}
+
+#[test]
+fn a_synchronous_launch_whose_wait_gives_up_quarantines_its_memory_too() {
+    let (failure, lines) = add_k_failure(
+        "sync-launch-gives-up",
+        ("FAKE_CUDA_SYNC_GIVES_UP", "add_k:46"),
+        false,
+    );
+    assert!(
+        lines.iter().any(|l| l == "stream-synchronize-gives-up 46"),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, true, &lines);
+}

@@ -785,3 +785,53 @@ fn the_gpus_of_one_driver_share_its_context() {
     );
     assert_contracts_kept(&lines, "two devices");
 }
+
+/// An add_k launch, queued or not, on the fake driver that `env` makes fail ([`fail_a_launch`]),
+/// and the driver's log.
+fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (QueuedFailure, Vec<String>) {
+    let log = log_file(tag);
+    let rt = in_process(&log, &[env, ("FAKE_ZE_DELAY_US", "20000")]);
+    let device = rt.device("level-zero", 0).unwrap();
+    let program = offload_tests::load(&device, &spirv("add_k")).unwrap();
+    let add = program.kernel("add_k").unwrap();
+    let failure = fail_a_launch(&device, &program, &add, queued);
+    drop((add, program, device, rt));
+    (failure, log_lines(&log))
+}
+
+#[test]
+fn a_wait_that_gives_up_quarantines_the_memory_of_the_work_and_fails_the_device() {
+    // The host wait after the launch returns ZE_RESULT_ERROR_UNKNOWN at once: the work still
+    // runs 20 ms later, so its buffer must never be freed, and the device takes no more.
+    let (failure, lines) = add_k_failure(
+        "wait-gives-up",
+        ("FAKE_ZE_SYNC_GIVES_UP", "add_k:0x7ffffffe"),
+        true,
+    );
+    assert!(
+        lines.iter().any(|l| l == "event-sync-gives-up 0x7ffffffe"),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, true, &lines);
+}
+
+#[test]
+fn a_lost_device_is_settled_and_the_memory_of_its_work_is_freed() {
+    let (failure, lines) = add_k_failure("lost-settled", ("FAKE_ZE_FAULT", "add_k"), true);
+    assert!(lines.iter().any(|l| l == "device-lost add_k"), "{lines:#?}");
+    assert_queued_failure(&failure, false, &lines);
+}
+
+#[test]
+fn a_synchronous_launch_whose_wait_gives_up_quarantines_its_memory_too() {
+    let (failure, lines) = add_k_failure(
+        "sync-launch-gives-up",
+        ("FAKE_ZE_SYNC_GIVES_UP", "add_k:0x7ffffffe"),
+        false,
+    );
+    assert!(
+        lines.iter().any(|l| l == "event-sync-gives-up 0x7ffffffe"),
+        "{lines:#?}"
+    );
+    assert_queued_failure(&failure, true, &lines);
+}
