@@ -150,7 +150,7 @@ omp_prepare() {
   done
   # Ours beside its plugins and JIT worker (it looks for them next to itself).
   # Stripped (15 MB to 1.7 MB in a release build): the pack travels to the GPU machine.
-  strip -o "$dir/ours/libomptarget.so.19.1" "target/$profile/libomptarget.so.19.1"
+  strip -o "$dir/ours/libomptarget.so.19.1" "target/$profile/libomptarget.so"
   for f in "$plugin_file" liboffload_plugin_host.so offload-jit-worker offload-dlopen-probe; do
     strip -o "$dir/ours/$f" "target/$profile/$f"
   done

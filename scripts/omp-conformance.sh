@@ -73,8 +73,13 @@ while [ $# -gt 0 ]; do
     *) tests+=("$1"); shift ;;
   esac
 done
+# Cargo builds libomptarget.so (SONAME libomptarget.so.19.1); the versioned name the test
+# programs' loader looks for is a symlink beside it, made here if it is missing.
+if [ ! -e "$lib/libomptarget.so.19.1" ] && [ -e "$lib/libomptarget.so" ]; then
+  ln -sf libomptarget.so "$lib/libomptarget.so.19.1"
+fi
 if [ ! -e "$lib/libomptarget.so.19.1" ]; then
-  echo "omp-conformance: '$lib' holds no libomptarget.so.19.1" >&2
+  echo "omp-conformance: '$lib' holds no libomptarget.so.19.1 (nor a libomptarget.so to link it to)" >&2
   exit 2
 fi
 

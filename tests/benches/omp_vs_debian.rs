@@ -89,12 +89,7 @@ fn wall(program: &Path, lib: &str, envs: &[(&str, &str)]) -> f64 {
 }
 
 fn main() {
-    let ours = build_dir();
-    assert!(
-        ours.join("libomptarget.so.19.1").exists(),
-        "{} has no libomptarget.so.19.1: run cargo build --release --workspace",
-        ours.display()
-    );
+    let ours = omptarget_dir();
     let ours = ours.to_str().unwrap().to_string();
     let rounds: usize = std::env::var("OFFLOAD_BENCH_ROUNDS")
         .ok()

@@ -896,6 +896,28 @@ pub fn log_lines(log: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The build directory, with the drop-in library's versioned name beside it: the symlink
+/// `libomptarget.so.19.1 -> libomptarget.so` that a program linked against it looks for (cargo
+/// builds only `libomptarget.so`; the build script writes nothing outside its `OUT_DIR`). It
+/// lives beside the library, not in a scratch directory, because the library finds its plugins
+/// and JIT worker next to the path it was loaded by.
+pub fn omptarget_dir() -> PathBuf {
+    let dir = build_dir();
+    let lib = dir.join("libomptarget.so");
+    assert!(
+        lib.exists(),
+        "{} has no libomptarget.so: run cargo build --workspace",
+        dir.display()
+    );
+    let link = dir.join("libomptarget.so.19.1");
+    if std::fs::symlink_metadata(&link).is_err() {
+        // Another test process may make it at the same moment: either link will do.
+        let _ = std::os::unix::fs::symlink("libomptarget.so", &link);
+    }
+    assert!(link.exists(), "cannot make {}", link.display());
+    dir
+}
+
 /// What a failing launch came to ([`fail_a_launch`]).
 #[derive(Debug)]
 pub struct QueuedFailure {

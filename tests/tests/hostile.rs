@@ -432,7 +432,6 @@ fn a_runaway_kernel_is_stopped_by_timeout_and_signals_end_offload_cleanly() {
         "spin",
         "#include \"offload_kernel.h\"\nOFFLOAD_KERNEL void spin(volatile int *flag) { while (!*flag) {} }\nOFFLOAD_SIGNATURE(spin, volatile int *);\n",
     );
-    let started = Instant::now();
     let out = offload_within(
         &[
             "run",
@@ -452,12 +451,17 @@ fn a_runaway_kernel_is_stopped_by_timeout_and_signals_end_offload_cleanly() {
         1,
         "launch of 'spin' (grid 1x1x1, block 1x1x1) on host:0 did not finish within 1 s (--timeout); stopped",
     );
-    assert!(started.elapsed() < Duration::from_secs(10));
     // SIGINT and SIGTERM: one line, 128 + the signal, and the processes the command started
     // (the JIT worker, for bitcode) end with it.
     let dir = scratch("hostile-spin-bc");
     let src = dir.join("spin.c");
-    std::fs::write(&src, "#include \"offload_kernel.h\"\nOFFLOAD_KERNEL void spin(volatile int *flag) { while (!*flag) {} }\n").unwrap();
+    std::fs::write(
+        &src,
+        "#include \"offload_kernel.h\"\n#include <unistd.h>\n\
+         OFFLOAD_KERNEL void spin(volatile int *flag) {\n\
+           write(2, \"spinning\\n\", 9);\n  while (!*flag) {}\n}\n",
+    )
+    .unwrap();
     let bc = dir.join("spin.bc");
     let include = repo_root().join("include");
     clang(&[
@@ -475,7 +479,9 @@ fn a_runaway_kernel_is_stopped_by_timeout_and_signals_end_offload_cleanly() {
         (libc::SIGINT, 130, "interrupted (SIGINT)"),
         (libc::SIGTERM, 143, "terminated (SIGTERM)"),
     ] {
-        let child = Command::new(offload_bin())
+        // The kernel says when it runs, and the signal is sent then (the JIT worker has
+        // compiled it by then, and is still alive).
+        let mut child = Command::new(offload_bin())
             .args([
                 "run",
                 bc.to_str().unwrap(),
@@ -489,7 +495,22 @@ fn a_runaway_kernel_is_stopped_by_timeout_and_signals_end_offload_cleanly() {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        // Wait until the JIT worker has started and the kernel is spinning.
+        let (launched, launch) = std::sync::mpsc::channel();
+        let stderr_pipe = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            for line in std::io::BufReader::new(stderr_pipe).lines() {
+                let Ok(line) = line else { break };
+                if line == "spinning" {
+                    let _ = launched.send(());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let started = launch.recv_timeout(Duration::from_secs(120));
         let children = |pid: i32| -> Vec<i32> {
             std::fs::read_dir("/proc")
                 .unwrap()
@@ -503,21 +524,27 @@ fn a_runaway_kernel_is_stopped_by_timeout_and_signals_end_offload_cleanly() {
                 })
                 .collect()
         };
-        let mut kids = Vec::new();
-        for _ in 0..500 {
-            kids = children(pid);
-            if !kids.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let kids = children(pid);
+        if started.is_err() {
+            let _ = child.kill();
+            panic!("the kernel did not start: {}", reader.join().unwrap());
         }
-        assert!(!kids.is_empty(), "the JIT worker did not start");
-        std::thread::sleep(Duration::from_millis(500));
+        assert!(!kids.is_empty(), "the JIT worker is not running");
         // SAFETY: signalling our own child.
         unsafe { libc::kill(pid, sig) };
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
-        assert_eq!(stderr(&out).trim(), format!("offload: {word}"));
+        let status = child.wait().unwrap();
+        let err = reader.join().unwrap();
+        assert_eq!(status.code(), Some(code), "{err}");
+        assert_eq!(
+            err.trim().lines().last(),
+            Some(format!("offload: {word}").as_str()),
+            "{err}"
+        );
+        assert_eq!(
+            err.lines().count(),
+            2,
+            "the kernel's line and one error: {err}"
+        );
         // Its children end with it (PDEATHSIG), within moments.
         let gone = (0..200).any(|_| {
             std::thread::sleep(Duration::from_millis(10));

@@ -389,19 +389,18 @@ fn a_worker_killed_from_outside_costs_one_retry_then_an_error() {
         let c = client.clone();
         let slow = &slow;
         let h = s.spawn(move || c.compile(&host_request(slow.as_bytes())));
-        // Kill the first worker while it compiles; the compile is retried on a fresh worker.
+        // Kill the first worker once it has the compile (written to it in full, not answered);
+        // the compile is retried on a fresh worker.
         wait_for("the first worker", Duration::from_secs(20), || {
-            client.worker_pid().is_some() && client.stats().in_flight == 1
+            client.worker_pid().is_some() && client.worker_stats().sent == 1
         });
         let first = client.worker_pid().unwrap();
-        std::thread::sleep(Duration::from_millis(200));
         kill(first);
         wait_for("the retry's worker", Duration::from_secs(20), || {
-            client.worker_pid().is_some_and(|p| p != first)
+            client.worker_pid().is_some_and(|p| p != first) && client.worker_stats().sent == 2
         });
         assert_eq!(client.worker_stats().retries, 1);
         let second = client.worker_pid().unwrap();
-        std::thread::sleep(Duration::from_millis(200));
         kill(second);
         h.join().unwrap()
     });
@@ -439,10 +438,11 @@ fn compiles_in_flight_when_another_kills_the_worker_are_retried_and_succeed() {
         let c = client.clone();
         let slow = &slow;
         let h = s.spawn(move || c.compile(&host_request(slow.as_bytes())));
+        // The worker has the slow compile (written to it in full, not answered) when the
+        // abort kills it.
         wait_for("the slow compile", Duration::from_secs(20), || {
-            client.stats().in_flight == 1 && client.worker_pid().is_some()
+            client.worker_stats().sent == 1 && client.worker_pid().is_some()
         });
-        std::thread::sleep(Duration::from_millis(300));
         let e = client
             .compile(&host_request(codegen_abort_ir().as_bytes()))
             .unwrap_err();
@@ -1028,8 +1028,8 @@ fn a_compile_that_hits_a_worker_limit_names_it() {
             &[],
         )
     };
-    // CPU time: a compile that takes minutes, under a 1 s limit.
-    let t = Instant::now();
+    // CPU time: a compile that takes minutes, under a 1 s limit (the error's SIGXCPU says the
+    // limit, not the 120 s timeout, ended it).
     let out = compile(
         &runaway_ir(20_000),
         &[
@@ -1042,7 +1042,6 @@ fn a_compile_that_hits_a_worker_limit_names_it() {
         "CPU time",
         &["CPU time limit", "OFFLOAD_JIT_CPU_LIMIT=1", "SIGXCPU"],
     );
-    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     // File size: the IR dump of a module larger than the 4 KiB limit.
     let dump = dir.join("post.ll");
     let out = compile(

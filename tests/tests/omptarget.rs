@@ -10,13 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn library_dir() -> PathBuf {
-    let dir = build_dir();
-    assert!(
-        dir.join("libomptarget.so.19.1").exists(),
-        "{} has no libomptarget.so.19.1: run cargo build --workspace",
-        dir.display()
-    );
-    dir
+    omptarget_dir()
 }
 
 /// Builds `tests/omp/<name>` (`.c`, or `.cpp` as C++) with clang-19 for x86-64 offloading,

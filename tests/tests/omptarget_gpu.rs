@@ -54,7 +54,7 @@ fn build(gpu: Gpu, jit: bool) -> PathBuf {
 
 /// `tests/omp/<name>.c`, as [`build`] builds it.
 fn build_program(name: &str, gpu: Gpu, jit: bool) -> PathBuf {
-    let lib = build_dir();
+    let lib = omptarget_dir();
     let out = scratch("omptarget-gpu").join(format!(
         "{name}-{}-{}",
         gpu.tag(),
@@ -648,7 +648,7 @@ fn an_aot_cubin_runs_where_its_sm_allows_and_is_refused_elsewhere() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(&std::fs::read(&cubin).unwrap()[..4], b"\x7fELF");
     let driver = dir.join("register_image");
-    let lib = build_dir();
+    let lib = omptarget_dir();
     clang(&[
         repo_root()
             .join("tests/omp/register_image.c")

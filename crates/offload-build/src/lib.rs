@@ -85,16 +85,20 @@ impl fmt::Display for Target {
 /// The triple of the machine the kernels' host images are for: cargo's `TARGET` in a build
 /// script, else this build's own.
 fn host_triple() -> String {
-    std::env::var("TARGET").unwrap_or_else(|_| {
-        format!(
-            "{}-unknown-linux-gnu",
-            if cfg!(target_arch = "aarch64") {
-                "aarch64"
-            } else {
-                "x86_64"
-            }
-        )
-    })
+    offload_core::env::raw(&["TARGET"])
+        .ok()
+        .flatten()
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| {
+            format!(
+                "{}-unknown-linux-gnu",
+                if cfg!(target_arch = "aarch64") {
+                    "aarch64"
+                } else {
+                    "x86_64"
+                }
+            )
+        })
 }
 
 /// Why a build failed.
@@ -175,7 +179,7 @@ impl Build {
     /// `offload::include_kernels!("<name>")` embeds), tells cargo what to watch, and returns
     /// the container's path.
     pub fn compile(&self, name: &str) -> Result<PathBuf, Error> {
-        let out = std::env::var_os("OUT_DIR").ok_or_else(|| {
+        let out = offload_core::env::os("OUT_DIR").ok_or_else(|| {
             Error("OUT_DIR is not set: Build::compile runs in a build script (use compile_to elsewhere)".into())
         })?;
         println!("cargo:rerun-if-env-changed=OFFLOAD_KERNEL_CC");
@@ -301,7 +305,7 @@ impl Build {
     }
 
     fn header_dir(&self) -> Result<PathBuf, Error> {
-        if let Some(d) = std::env::var_os("DEP_OFFLOAD_INCLUDE") {
+        if let Some(d) = offload_core::env::os("DEP_OFFLOAD_INCLUDE") {
             return Ok(PathBuf::from(d));
         }
         self.includes
@@ -323,9 +327,12 @@ impl Build {
     /// `--version` (see [`Build::compiler`]).
     pub fn compiler_to_use(&self) -> Result<String, Error> {
         let host_only = self.targets.iter().all(|t| *t == Target::Host);
-        let candidates: Vec<String> = match (&self.compiler, std::env::var("OFFLOAD_KERNEL_CC")) {
+        let from_env = offload_core::env::raw(&["OFFLOAD_KERNEL_CC"])
+            .map_err(|e| Error(e.message().to_string()))?
+            .map(|(_, cc)| cc);
+        let candidates: Vec<String> = match (&self.compiler, from_env) {
             (Some(cc), _) => vec![cc.clone()],
-            (None, Ok(cc)) if !cc.is_empty() => vec![cc],
+            (None, Some(cc)) => vec![cc],
             _ if host_only => vec!["clang-19".into(), "clang".into(), "cc".into()],
             _ => vec!["clang-19".into(), "clang".into()],
         };

@@ -25,6 +25,12 @@ pub fn raw(names: &[&str]) -> Result<Option<(String, String)>> {
     Ok(None)
 }
 
+/// Reads a variable that holds a path or a path list, which need not be Unicode (`PATH`,
+/// `CUDA_HOME`, cargo's `OUT_DIR`): its bytes as they are, `None` when unset or empty.
+pub fn os(name: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
 /// Reads and parses an integer-like variable that must satisfy `valid`; `expected` describes
 /// the accepted values for the error message.
 pub fn parsed<T: FromStr>(

@@ -119,7 +119,7 @@ pub fn exe_dir() -> Option<std::path::PathBuf> {
 /// The directories of `PATH`, in order: the absolute ones only (a relative entry would find
 /// tools by the current directory, which a caller does not choose).
 pub fn path_dirs() -> Vec<std::path::PathBuf> {
-    std::env::var_os("PATH")
+    crate::env::os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
                 .filter(|d| d.is_absolute())

@@ -62,7 +62,7 @@ pub fn find() -> Result<Option<Ptxas>> {
         .map(|d| d.join("ptxas"))
         .collect();
     for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(dir) = std::env::var_os(var) {
+        if let Some(dir) = offload_core::env::os(var) {
             candidates.push(PathBuf::from(dir).join("bin/ptxas"));
         }
     }

@@ -86,6 +86,9 @@ pub struct WorkerStats {
     pub timeouts: u64,
     /// Compiles retried on a fresh worker after another compile killed theirs.
     pub retries: u64,
+    /// Compile requests written in full to a worker (retries included): from then on the
+    /// worker has the request, whether or not it has read it yet.
+    pub sent: u64,
 }
 
 /// Why a worker died, as far as the client can tell.
@@ -242,6 +245,7 @@ pub struct Supervisor {
     deaths: Arc<AtomicU64>,
     timeouts: AtomicU64,
     retries: AtomicU64,
+    sent: AtomicU64,
 }
 
 type SpawnJob = Box<dyn FnOnce() + Send>;
@@ -287,6 +291,7 @@ impl Supervisor {
             deaths: Arc::default(),
             timeouts: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
         }
     }
 
@@ -310,6 +315,7 @@ impl Supervisor {
             deaths: self.deaths.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
+            sent: self.sent.load(Ordering::Relaxed),
         }
     }
 
@@ -506,11 +512,12 @@ impl Supervisor {
             st.pending.insert(id, None);
         }
         let sent_at = Instant::now();
+        // A failed send: the worker is dying, and its death is published by the reader thread.
         if worker
             .send(&protocol::frame(id, protocol::COMPILE, payload))
-            .is_err()
+            .is_ok()
         {
-            // The worker is dying; its death is published by the reader thread.
+            self.sent.fetch_add(1, Ordering::Relaxed);
         }
         let deadline = self.settings.timeout.as_ref().map(|t| sent_at + t.value);
         let mut st = lock(&worker.state);

@@ -148,10 +148,12 @@ pub fn handle(payload: &[u8]) -> Vec<u8> {
     let running = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
     PEAK.fetch_max(running, Ordering::SeqCst);
     let result = protocol::decode_compile(payload).and_then(|request| {
-        if let Some(n) = std::env::var(ENV_RENDEZVOUS)
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-        {
+        // A bad value is this compile's error, naming the variable.
+        if let Some(n) = offload_core::env::parsed::<u32>(
+            &[ENV_RENDEZVOUS],
+            |n| *n >= 1,
+            "a number of compiles, 1 or more",
+        )? {
             rendezvous(n)?;
         }
         crate::phases::begin();

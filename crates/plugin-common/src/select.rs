@@ -123,7 +123,7 @@ pub fn check_plugin(served: &PluginClaims, bytes: &[u8]) -> Result<()> {
                 continue;
             }
             match single(served, &native_ok, e.bytes) {
-                Ok(()) => return Ok(()),
+                Ok(_) => return Ok(()),
                 Err(err) => reasons.push(format!("{}: {}", e.label(), err.message())),
             }
         }
@@ -135,20 +135,21 @@ pub fn check_plugin(served: &PluginClaims, bytes: &[u8]) -> Result<()> {
             reasons.join("; ")
         )));
     }
-    single(served, &native_ok, bytes)
+    single(served, &native_ok, bytes).map(drop)
 }
 
+/// Checks one image (not a container) for this plugin; its kind, classified once here.
 fn single(
     served: &PluginClaims,
     native_ok: &impl Fn(&[u8], &ImageKind) -> Result<()>,
     bytes: &[u8],
-) -> Result<()> {
+) -> Result<ImageKind> {
     let kind = classify(bytes)?;
     if kind.is_jit_input() {
         let triple = offload_core::image::bitcode::module_triple(bytes)?;
         return match served.refuses_bitcode(&triple) {
             Some(why) => Err(Error::InvalidImage(why)),
-            None => Ok(()),
+            None => Ok(kind),
         };
     }
     if matches!(kind, ImageKind::OffloadBinary | ImageKind::OffloadBundle) {
@@ -160,7 +161,8 @@ fn single(
     if let Some(why) = served.refuses_native(&kind) {
         return Err(Error::InvalidImage(why));
     }
-    native_ok(bytes, &kind)
+    native_ok(bytes, &kind)?;
+    Ok(kind)
 }
 
 /// Picks what `device` (named `name`, of compute-unit kind `cu`) loads for `bytes`.
@@ -172,7 +174,7 @@ pub fn for_device<'a, D: DeviceBackend>(
     bytes: &'a [u8],
 ) -> Result<Choice<'a>> {
     let Some(c) = container::parse(bytes)? else {
-        single(
+        let kind = single(
             served,
             &|b: &[u8], k: &ImageKind| {
                 (served.native)(b, k)?;
@@ -182,7 +184,7 @@ pub fn for_device<'a, D: DeviceBackend>(
         )?;
         return Ok(Choice {
             bytes,
-            kind: classify(bytes)?,
+            kind,
             entry: None,
         });
     };

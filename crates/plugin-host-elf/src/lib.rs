@@ -67,13 +67,15 @@ pub(crate) fn requirements() -> ElfRequirements<'static> {
     }
 }
 
-/// Everything checked of a native image before the dynamic loader sees it: the ELF structure,
-/// what the loader trusts (`offload_core::image::elf_dyn`), and the kernel header's context variable.
-/// Returns the parsed image, its layout and whether it has the context variable.
+/// Everything checked of a native image (classified as `kind`) before the dynamic loader sees
+/// it: the ELF structure, what the loader trusts (`offload_core::image::elf_dyn`), and the
+/// kernel header's context variable. Returns the parsed image, its layout and whether it has
+/// the context variable.
 pub(crate) fn check_image(
     image: &[u8],
+    kind: &ImageKind,
 ) -> Result<(ElfImage, offload_core::image::elf_dyn::Layout, bool)> {
-    let elf = ElfImage::parse(image, &requirements())?;
+    let elf = ElfImage::parse_as(image, kind, &requirements())?;
     let layout = offload_core::image::elf_dyn::validate(image)?;
     let has_context = program::check_context(&elf, &layout)?;
     Ok((elf, layout, has_context))
@@ -160,8 +162,8 @@ impl Backend for HostBackend {
         Ok(HostDevice::new(index, pool.clone(), *threads))
     }
 
-    fn check_native(&self, image: &[u8], _kind: &ImageKind) -> Result<()> {
-        check_image(image).map(|_| ())
+    fn check_native(&self, image: &[u8], kind: &ImageKind) -> Result<()> {
+        check_image(image, kind).map(|_| ())
     }
 
     fn properties(&self) -> Vec<(String, String)> {

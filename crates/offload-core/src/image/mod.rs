@@ -613,7 +613,14 @@ pub struct ElfImage {
 impl ElfImage {
     /// Classifies, checks the header against `req`, and parses the whole ELF structure.
     pub fn parse(bytes: &[u8], req: &ElfRequirements<'_>) -> Result<Self> {
-        let info = match classify(bytes)? {
+        Self::parse_as(bytes, &classify(bytes)?, req)
+    }
+
+    /// As [`ElfImage::parse`], for bytes already classified as `kind` (the layer classifies an
+    /// image once and hands its kind to the hooks): checks the header against `req` and parses
+    /// the whole ELF structure.
+    pub fn parse_as(bytes: &[u8], kind: &ImageKind, req: &ElfRequirements<'_>) -> Result<Self> {
+        let info = match *kind {
             ImageKind::Elf(info) => info,
             ImageKind::Bitcode { .. } | ImageKind::LlvmIr => {
                 return Err(Error::InvalidImage(format!(
