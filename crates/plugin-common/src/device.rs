@@ -185,7 +185,7 @@ impl<D: DeviceBackend> Device<D> {
                 let result = op(&self.backend, None);
                 drop(guards);
                 // Released when settled; quarantined when not (health.rs).
-                self.health.end(result, Box::new(hold))
+                self.health.end(result, hold)
             }
             Some(q) => {
                 let entry = self.queues.get(q.0)?;
@@ -216,7 +216,7 @@ impl<D: DeviceBackend> Device<D> {
                             drop(guards);
                             result
                         });
-                        health.end(result, Box::new((hold, mark)))
+                        health.end(result, (hold, mark))
                     }),
                     false,
                 )

@@ -56,9 +56,10 @@ impl Health {
 
     /// Ends an operation: `held` is released unless `result` is unsettled, when it is
     /// quarantined and the device failed.
-    pub fn end<T>(&self, result: Result<T>, held: Box<dyn Any + Send>) -> Result<T> {
+    pub fn end<T, H: Any + Send>(&self, result: Result<T>, held: H) -> Result<T> {
         match &result {
-            Err(e) if e.is_unsettled() => self.quarantine(vec![held], e),
+            // Boxed only here: the common path costs no allocation.
+            Err(e) if e.is_unsettled() => self.quarantine(vec![Box::new(held)], e),
             _ => drop(held),
         }
         result
