@@ -15,7 +15,7 @@ fn main() -> offload::Result<()> {
     Ok(())
 }
 
-fn wrap(plugin: Box<dyn offload_core::GenericPlugin>) {
-    let _ = offload_core::checked::CheckedPlugin::new(plugin);
+fn wrap(backend: offload_host::HostBackend) {
+    let _ = offload_plugin_common::Plugin::new(backend);
     let _ = wrap;
 }

@@ -10,7 +10,6 @@ use super::{
     ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiHeader, AbiJitService,
     AbiKernelArg, AbiLaunchDims, AbiStringOut, Ctx, Err, PluginTable, SYNC_QUEUE,
 };
-use offload_core::checked::{CheckedDevice, CheckedPlugin};
 use offload_core::error::{Error, Result};
 use offload_core::jit::{CompileRequest, JitOutput, JitService};
 use offload_core::traits::{GenericDevice, GenericPlugin};
@@ -103,9 +102,11 @@ impl GenericPlugin for FailedPlugin {
     }
 }
 
-/// The state behind a table's `ctx`.
+/// The state behind a table's `ctx`: the plugin as it is. Its checks (init once, devices in
+/// range and made once, null pointers, empty images, launch shapes) are its own: the generic
+/// device layer (`plugin-common`) makes them for every backend built on it.
 struct Exported {
-    plugin: CheckedPlugin,
+    plugin: Box<dyn GenericPlugin>,
 }
 
 impl Exported {
@@ -113,8 +114,8 @@ impl Exported {
         self.plugin.init()
     }
 
-    fn device(&self, index: u32) -> Result<Arc<CheckedDevice>> {
-        self.plugin.checked_device(index as usize)
+    fn device(&self, index: u32) -> Result<Arc<dyn GenericDevice>> {
+        self.plugin.device(index as usize)
     }
 }
 
@@ -127,8 +128,11 @@ fn leak_cstr(s: &str) -> *const std::ffi::c_char {
 /// test plugin can exercise the runtime's header checks with a deliberately damaged copy.
 ///
 /// # Safety
-/// As [`CheckedPlugin::new`]: `plugin` keeps [`GenericDevice`]'s contract, since whoever loads
-/// the table trusts what it reports.
+/// The result hands out raw devices, and whoever loads the table trusts what they report:
+/// `plugin` keeps [`GenericDevice`]'s contract (the paragraph the safe API relies on:
+/// synchronous operations wait for queued ones on the same memory, memory stays allocated
+/// until the work that uses it has run, host memory it hands out is this process's) and
+/// reports its devices' limits truly.
 pub unsafe fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTable {
     let header = AbiHeader {
         magic: ABI_MAGIC,
@@ -144,10 +148,7 @@ pub unsafe fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTabl
             env!("CARGO_PKG_VERSION")
         )),
     };
-    let state: &'static Exported = Box::leak(Box::new(Exported {
-        // SAFETY: this function's contract.
-        plugin: unsafe { CheckedPlugin::new(plugin) },
-    }));
+    let state: &'static Exported = Box::leak(Box::new(Exported { plugin }));
     Box::leak(Box::new(PluginTable {
         header,
         ctx: state as *const Exported as Ctx,
@@ -320,7 +321,7 @@ unsafe extern "C" fn abi_device_info(
     unsafe {
         guarded(ctx, err, |s| {
             let slot = s.device(dev)?;
-            let info = slot.info_ref()?;
+            let info = slot.info()?;
             write_out(
                 out,
                 AbiDeviceInfo {

@@ -22,7 +22,6 @@
 //!
 //! There is no LLVM here: the JIT engine lives in `offload-jit`.
 
-pub mod checked;
 pub mod diag;
 pub mod env;
 pub mod error;

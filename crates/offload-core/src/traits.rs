@@ -1,12 +1,13 @@
 //! The two traits every backend implements and the runtime consumes.
 //!
-//! A backend crate implements [`GenericPlugin`] and [`GenericDevice`] in plain Rust and exports
-//! them with `offload_abi::export_plugin!`. The runtime loads the library and gets the same traits
-//! back through `offload_abi::loader`, so both sides only ever hold `dyn GenericPlugin` and
-//! `dyn GenericDevice`. Checks common to every backend (device index in range, launch shape
-//! within the device's limits, null pointers, empty images) are done once by [`crate::checked`],
-//! which wraps every plugin, exported or linked in, before a backend method is called, so
-//! backends implement only their own part.
+//! A backend crate implements the generic device layer's hooks (`plugin-common`), which turns
+//! them into [`GenericPlugin`] and [`GenericDevice`] and exports them with
+//! `offload_abi::export_plugin!`. The runtime loads the library and gets the same traits back
+//! through `offload_abi::loader`, so both sides only ever hold `dyn GenericPlugin` and
+//! `dyn GenericDevice`. Checks common to every backend (init once, device index in range,
+//! launch shape within the device's limits, null pointers, empty images) are the layer's, made
+//! once for every backend built on it, so backends implement only their own part; a plugin
+//! that implements these traits itself makes them itself.
 
 use crate::error::Result;
 use crate::jit::JitService;
@@ -31,7 +32,7 @@ pub trait GenericPlugin: Send + Sync {
     fn target_triple(&self) -> &str;
 
     /// Initialises the backend (loads the driver, enumerates devices) and returns the number of
-    /// devices. Called at most once ([`crate::checked`] keeps the outcome); a missing driver is `Ok(0)` or an error
+    /// devices. Called at most once (the generic layer keeps the outcome); a missing driver is `Ok(0)` or an error
     /// that says why, never a panic.
     fn init(&self) -> Result<usize>;
 
@@ -51,7 +52,7 @@ pub trait GenericPlugin: Send + Sync {
         ]
     }
 
-    /// Device `index` (`0..init()`). [`crate::checked`] checks the range before calling.
+    /// Device `index` (`0..init()`). The generic layer checks the range.
     fn device(&self, index: usize) -> Result<Arc<dyn GenericDevice>>;
 
     /// Facts about the plugin for users (`offload info`): which driver library it loaded,

@@ -168,9 +168,7 @@ impl PluginSlot {
         // SAFETY: the host backend keeps the hooks' contract and the generic layer's is the
         // only use of its devices; the layer keeps the trait's contract.
         let plugin: Arc<dyn GenericPlugin> = Arc::new(unsafe {
-            offload_core::checked::CheckedPlugin::new(Box::new(offload_plugin_common::Plugin::new(
-                offload_host::HostBackend::new(),
-            )))
+            offload_plugin_common::Plugin::new(offload_host::HostBackend::new())
         });
         let uses_jit = plugin
             .set_jit_service(jit_client().service(plugin.name()))

@@ -101,6 +101,8 @@ pub struct Device<D: DeviceBackend> {
     served: Arc<select::PluginClaims>,
     jit: Arc<jit::Jit>,
     compute_unit: OnceLock<String>,
+    /// The device's information, asked once and kept (its limits check every launch).
+    info: OnceLock<DeviceInfo>,
     programs: Table<Arc<ProgramEntry<D>>>,
     kernels: Table<Arc<KernelEntry<D>>>,
     queues: Table<Arc<QueueEntry<D>>>,
@@ -130,6 +132,7 @@ impl<D: DeviceBackend> Device<D> {
             served,
             jit,
             compute_unit: OnceLock::new(),
+            info: OnceLock::new(),
             programs: Table::new(plugin, index, Kind::Program),
             kernels: Table::new(plugin, index, Kind::Kernel),
             queues: Table::new(plugin, index, Kind::Queue),
@@ -160,8 +163,18 @@ impl<D: DeviceBackend> Device<D> {
         if let Some(cu) = self.compute_unit.get() {
             return Ok(cu);
         }
-        let cu = self.backend.info()?.compute_unit_kind;
+        let cu = self.info_ref()?.compute_unit_kind.clone();
         Ok(self.compute_unit.get_or_init(|| cu))
+    }
+
+    /// The device's information, asked of the backend once and kept.
+    fn info_ref(&self) -> Result<&DeviceInfo> {
+        if let Some(info) = self.info.get() {
+            return Ok(info);
+        }
+        self.backend.enter()?;
+        let info = self.backend.info()?;
+        Ok(self.info.get_or_init(|| info))
     }
 
     /// Runs `op` now, holding `hold`, or on `queue` in order with its other work.
@@ -242,17 +255,18 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     fn info(&self) -> Result<DeviceInfo> {
-        self.backend.enter()?;
-        self.backend.info()
+        self.info_ref().cloned()
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
+        not_empty(image)?;
         self.backend.enter()?;
         let cu = self.compute_unit()?.to_string();
         select::for_device(&self.served, &*self.backend, &self.name, &cu, image).map(|_| ())
     }
 
     unsafe fn load_image(&self, image: &[u8]) -> Result<ProgramHandle> {
+        not_empty(image)?;
         self.enter()?;
         let cu = self.compute_unit()?.to_string();
         let choice = select::for_device(&self.served, &*self.backend, &self.name, &cu, image)?;
@@ -304,6 +318,9 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     fn kernel(&self, program: ProgramHandle, name: &str) -> Result<KernelHandle> {
+        if name.is_empty() {
+            return Err(Error::InvalidArgument("kernel name is empty".into()));
+        }
         self.enter()?;
         let entry = self.programs.get(program.0)?;
         let (kernel, params) = self.backend.kernel(&entry.program, name)?;
@@ -340,6 +357,9 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr> {
+        if size == 0 {
+            return Err(Error::InvalidArgument("allocation of 0 bytes".into()));
+        }
         self.enter()?;
         let ptr = self.backend.alloc(size, kind)?;
         let backend = self.backend.clone();
@@ -356,6 +376,11 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
     }
 
     unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        if ptr.0 == 0 {
+            return Err(Error::InvalidArgument(
+                "free of a null device pointer".into(),
+            ));
+        }
         self.regions.free(ptr, &self.name)
     }
 
@@ -366,6 +391,14 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if src.is_null() || dst.0 == 0 {
+            return Err(Error::InvalidArgument(
+                "copy to device with a null pointer".into(),
+            ));
+        }
         self.enter()?;
         let mut hold = Hold::default();
         self.pin(&mut hold, dst, len as u64, "copy to device")?;
@@ -382,6 +415,14 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         len: usize,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if dst.is_null() || src.0 == 0 {
+            return Err(Error::InvalidArgument(
+                "copy from device with a null pointer".into(),
+            ));
+        }
         self.enter()?;
         let mut hold = Hold::default();
         self.pin(&mut hold, src, len as u64, "copy from device")?;
@@ -398,6 +439,14 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         len: u64,
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if dst.0 == 0 || src.0 == 0 {
+            return Err(Error::InvalidArgument(
+                "device copy with a null pointer".into(),
+            ));
+        }
         self.enter()?;
         let mut hold = Hold::default();
         self.pin(&mut hold, src, len, "device copy source")?;
@@ -419,6 +468,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         args: &[KernelArg],
         queue: Option<QueueHandle>,
     ) -> Result<()> {
+        dims.validate(&self.info_ref()?.limits)?;
         self.enter()?;
         let k = self.kernels.get(kernel.0)?;
         // OpenMP's host side passes a word per captured variable; the kernel may take fewer
@@ -545,4 +595,11 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         let (start, end) = (self.events.get(start.0)?, self.events.get(end.0)?);
         end.elapsed_since(&start)
     }
+}
+
+fn not_empty(image: &[u8]) -> Result<()> {
+    if image.is_empty() {
+        return Err(Error::InvalidImage("image is empty (0 bytes)".into()));
+    }
+    Ok(())
 }

@@ -1,18 +1,23 @@
-//! A plugin of the layer ([`Plugin`]): the [`GenericPlugin`](offload_core::GenericPlugin) a backend's [`Backend`] hooks
-//! become, with its devices made once.
+//! A plugin of the layer ([`Plugin`]): the [`GenericPlugin`](offload_core::GenericPlugin) a
+//! backend's [`Backend`] hooks become. The one place a plugin's init-once state and its
+//! devices' identity live: `init` runs once and its outcome is kept; a device is used only after
+//! `init`, below the count it gave, and each device object is made once and shared. (The
+//! runtime keeps its own proxies of a plugin library's devices, once each, on its side of the
+//! ABI.)
 
 use crate::device::Device;
 use crate::{Backend, jit, select};
 use offload_core::image::ImageKind;
 use offload_core::jit::JitService;
 use offload_core::{Error, GenericDevice, GenericPlugin, ImageClaim, JitStats, Result};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A plugin made from a [`Backend`] (see [`export_backend!`](crate::export_backend)).
 pub struct Plugin<B: Backend> {
     backend: Arc<B>,
     served: Arc<select::PluginClaims>,
     jit: Arc<jit::Jit>,
+    init: OnceLock<Result<usize>>,
     devices: Mutex<Vec<Option<LayerDevice<B>>>>,
 }
 
@@ -51,6 +56,7 @@ impl<B: Backend> Plugin<B> {
             backend,
             served,
             jit,
+            init: OnceLock::new(),
             devices: Mutex::default(),
         }
     }
@@ -60,8 +66,25 @@ impl<B: Backend> Plugin<B> {
         &self.backend
     }
 
-    /// The layer's device `index` (for backends' own tests).
+    /// The layer's device `index`, after `init` and below its count (also for backends' own
+    /// tests).
     pub fn layer_device(&self, index: usize) -> Result<Arc<Device<B::Device>>> {
+        let name = self.backend.name();
+        let count = match self.init.get() {
+            Some(Ok(n)) => *n,
+            Some(Err(e)) => return Err(e.clone()),
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "plugin '{name}' used before init"
+                )));
+            }
+        };
+        if index >= count {
+            return Err(Error::NotFound(format!(
+                "device {index} of plugin '{name}' (it has {count} device{})",
+                if count == 1 { "" } else { "s" }
+            )));
+        }
         let mut devices = offload_core::sync::lock(&self.devices);
         if devices.len() <= index {
             devices.resize_with(index + 1, || None);
@@ -94,10 +117,13 @@ impl<B: Backend> GenericPlugin for Plugin<B> {
     }
 
     fn init(&self) -> Result<usize> {
-        self.backend.init()
+        self.init.get_or_init(|| self.backend.init()).clone()
     }
 
     fn check_image(&self, image: &[u8]) -> Result<()> {
+        if image.is_empty() {
+            return Err(Error::InvalidImage("image is empty (0 bytes)".into()));
+        }
         select::check_plugin(&self.served, image)
     }
 
