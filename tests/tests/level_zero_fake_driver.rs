@@ -198,12 +198,12 @@ fn a_barrier_kernel_gets_local_memory_of_the_size_the_launch_passes() {
     // The `__local` size must be positive and fit the device's 64 KiB.
     let e = launch(KernelArg::U32(0), 0).unwrap_err().to_string();
     assert!(
-        e.contains("`__local` pointer") && e.contains("not 0"),
+        e.contains("`__local` pointer") && e.contains("at least 1; the launch passes 0"),
         "{e}"
     );
     let e = launch(KernelArg::U32(80 << 10), 0).unwrap_err().to_string();
     assert!(
-        e.contains("81920 bytes of work-group local memory") && e.contains("65536"),
+        e.contains("needs 81920 bytes of local memory per work-group") && e.contains("65536"),
         "{e}"
     );
     // Dynamic shared memory is not how Level Zero kernels get local memory: said so.
@@ -395,7 +395,7 @@ fn a_native_binary_s_local_parameters_come_from_its_ze_info() {
     launch(KernelArg::U32(64 * 4)).unwrap();
     let e = launch(KernelArg::U32(0)).unwrap_err().to_string();
     assert!(
-        e.contains("argument 2 is a `__local` pointer") && e.contains("not 0"),
+        e.contains("argument 2 is a `__local` pointer") && e.contains("the launch passes 0"),
         "{e}"
     );
     drop((k, program));

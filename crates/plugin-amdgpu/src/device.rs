@@ -738,21 +738,23 @@ impl AmdDevice {
         )))
     }
 
-    /// Where each `dynamic_shared_pointer` argument's LDS starts (after the kernel's static LDS
-    /// and the launch's dynamic shared memory, each aligned as the metadata says), by explicit
-    /// argument index, and the work-group's LDS in all.
-    fn lds_layout(k: &Kernel, dims: &LaunchDims, args: &[KernelArg]) -> (Vec<(usize, u64)>, u64) {
-        let mut at = u64::from(k.group_segment_size.max(k.meta.group_segment_fixed_size))
-            + u64::from(dims.shared_mem_bytes);
-        let mut offsets = Vec::new();
-        for (i, (param, arg)) in k.meta.explicit_args().zip(args).enumerate() {
-            if let ArgKind::DynamicShared { align } = param.kind {
-                at = at.div_ceil(u64::from(align)) * u64::from(align);
-                offsets.push((i, at));
-                at += arg.integer().map_or(0, |v| u64::try_from(v).unwrap_or(0));
-            }
+    /// The kernel's LDS: its static part and its `dynamic_shared_pointer` arguments (the
+    /// layer's one layout and budget of work-group memory, `args::LocalMemory`).
+    fn lds(k: &Kernel) -> offload_plugin_common::args::LocalMemory {
+        offload_plugin_common::args::LocalMemory {
+            name: "LDS",
+            fixed: u64::from(k.group_segment_size.max(k.meta.group_segment_fixed_size)),
+            pointers: k
+                .meta
+                .explicit_args()
+                .enumerate()
+                .filter_map(|(i, param)| match param.kind {
+                    ArgKind::DynamicShared { align } => Some((i, u64::from(align))),
+                    _ => None,
+                })
+                .collect(),
+            min_size: 0,
         }
-        (offsets, at)
     }
 
     /// Writes one dispatch packet to `queue`, rings its doorbell and waits for it; whether it
@@ -815,7 +817,7 @@ impl AmdDevice {
     }
 
     /// The kernel argument bytes of a launch, laid out as the metadata says; `lds` is where
-    /// each `dynamic_shared_pointer` argument's LDS starts ([`AmdDevice::lds_layout`]).
+    /// each `dynamic_shared_pointer` argument's LDS starts ([`AmdDevice::lds`]).
     fn kernargs(
         &self,
         k: &Kernel,
@@ -1189,15 +1191,6 @@ impl DeviceBackend for AmdDevice {
         let explicit: Vec<&metadata::Arg> = kernel.meta.explicit_args().collect();
         let sizes: Vec<usize> = explicit.iter().map(|a| a.size as usize).collect();
         for (i, (param, arg)) in explicit.iter().zip(args).enumerate() {
-            if matches!(param.kind, ArgKind::DynamicShared { .. })
-                && arg.integer().is_none_or(|v| v < 0)
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "kernel '{name}' argument {i} is a pointer to LDS the launch sizes (a \
-                     __local pointer): pass its size in bytes as a u32; the launch passes {}",
-                    arg.type_name()
-                )));
-            }
             if param.kind == ArgKind::Pointer
                 && !matches!(arg, KernelArg::Ptr(_) | KernelArg::Word(_))
             {
@@ -1208,21 +1201,14 @@ impl DeviceBackend for AmdDevice {
                 )));
             }
         }
-        offload_plugin_common::args::check_sizes(name, &sizes, args)?;
-        let (_, lds) = Self::lds_layout(kernel, dims, args);
-        if lds > u64::from(self.pools.lds) {
-            return Err(Error::InvalidArgument(format!(
-                "kernel '{name}' needs {lds} bytes of LDS per work-group ({} static, {} of the \
-                 launch's dynamic shared memory, and its __local arguments); {} has {}",
-                kernel
-                    .group_segment_size
-                    .max(kernel.meta.group_segment_fixed_size),
-                dims.shared_mem_bytes,
-                self.info.name,
-                self.pools.lds
-            )));
-        }
-        Ok(())
+        Self::lds(kernel).check(
+            name,
+            u64::from(dims.shared_mem_bytes),
+            args,
+            u64::from(self.pools.lds),
+            &self.info.name,
+        )?;
+        offload_plugin_common::args::check_sizes(name, &sizes, args)
     }
 
     fn global(&self, program: &Program, name: &str) -> Result<GlobalSymbol> {
@@ -1349,7 +1335,8 @@ impl DeviceBackend for AmdDevice {
                     1
                 };
                 // Checked against the device's LDS in `check_launch`.
-                let (lds, group_segment) = Self::lds_layout(kernel, &dims, args);
+                let (lds, group_segment) =
+                    Self::lds(kernel).layout(u64::from(dims.shared_mem_bytes), args);
                 let group_segment = u32::try_from(group_segment).unwrap_or(u32::MAX);
                 let run = |queue: &HsaQueue| -> Result<()> {
                     let bytes = self.kernargs(kernel, &dims, args, &lds, queue.queue, ndims)?;

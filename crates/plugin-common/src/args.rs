@@ -143,3 +143,151 @@ mod tests {
         }
     }
 }
+
+/// A kernel's work-group memory (CUDA's shared memory, AMD's LDS, Level Zero's local memory):
+/// what the kernel declares itself, and its `__local` pointer parameters, whose sizes the launch
+/// passes as integer arguments. The one computation of a launch's layout and budget of that
+/// memory, for every backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalMemory {
+    /// What the memory is called on the device (`shared memory`, `LDS`, `local memory`).
+    pub name: &'static str,
+    /// Bytes the kernel declares itself (static).
+    pub fixed: u64,
+    /// The `__local` pointer parameters: the argument's index and its region's alignment (1:
+    /// none), in argument order.
+    pub pointers: Vec<(usize, u64)>,
+    /// The least size a `__local` argument may have (Level Zero refuses 0).
+    pub min_size: i64,
+}
+
+impl LocalMemory {
+    /// Where each `__local` argument's region starts (after the static part and `dynamic` bytes
+    /// of the launch's dynamic shared memory, each aligned), by argument index, and the whole
+    /// work-group's memory. An argument that is not a size counts 0 ([`LocalMemory::check`]
+    /// refuses it).
+    pub fn layout(&self, dynamic: u64, args: &[KernelArg]) -> (Vec<(usize, u64)>, u64) {
+        let mut at = self.fixed.saturating_add(dynamic);
+        let mut offsets = Vec::with_capacity(self.pointers.len());
+        for &(i, align) in &self.pointers {
+            let align = align.max(1);
+            at = at.div_ceil(align).saturating_mul(align);
+            offsets.push((i, at));
+            let size = args.get(i).and_then(KernelArg::integer).unwrap_or(0);
+            at = at.saturating_add(u64::try_from(size).unwrap_or(0));
+        }
+        (offsets, at)
+    }
+
+    /// Checks a launch of kernel `kernel`: each `__local` argument is a size of at least
+    /// `min_size`, and the work-group's memory fits the `limit` bytes `device` has per work-group.
+    pub fn check(
+        &self,
+        kernel: &str,
+        dynamic: u64,
+        args: &[KernelArg],
+        limit: u64,
+        device: &str,
+    ) -> Result<()> {
+        for &(i, _) in &self.pointers {
+            let arg = args.get(i);
+            let size = arg.and_then(KernelArg::integer);
+            if size.is_none_or(|v| v < i128::from(self.min_size)) {
+                let passed = match (arg, size) {
+                    (_, Some(v)) => v.to_string(),
+                    (Some(a), None) => a.type_name().to_string(),
+                    (None, None) => "nothing".to_string(),
+                };
+                return Err(Error::InvalidArgument(format!(
+                    "kernel '{kernel}' argument {i} is a `__local` pointer (a pointer to {} the \
+                     launch sizes): pass its size in bytes as an integer (u32) of at least {}; \
+                     the launch passes {passed}",
+                    self.name, self.min_size
+                )));
+            }
+        }
+        let (_, total) = self.layout(dynamic, args);
+        if total > limit {
+            let arguments = total.saturating_sub(self.fixed).saturating_sub(dynamic);
+            let of_arguments = if self.pointers.is_empty() {
+                String::new()
+            } else {
+                format!(", {arguments} of its `__local` arguments")
+            };
+            return Err(Error::InvalidArgument(format!(
+                "kernel '{kernel}' needs {total} bytes of {} per work-group ({} bytes of static \
+                 {}, {dynamic} of the launch's dynamic shared memory{of_arguments}); {device} \
+                 has at most {limit}",
+                self.name, self.fixed, self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod local_memory_tests {
+    use super::*;
+
+    #[test]
+    fn local_memory_is_laid_out_aligned_after_the_static_and_dynamic_parts_and_checked() {
+        let m = LocalMemory {
+            name: "LDS",
+            fixed: 10,
+            pointers: vec![(1, 4), (3, 8)],
+            min_size: 0,
+        };
+        let args = [
+            KernelArg::I32(0),
+            KernelArg::U32(6),
+            KernelArg::I32(0),
+            KernelArg::U32(16),
+        ];
+        // 10 static + 3 dynamic = 13, aligned to 16 for argument 1 (6 bytes: 22), then to 24
+        // for argument 3 (16 bytes: 40).
+        assert_eq!(m.layout(3, &args), (vec![(1, 16), (3, 24)], 40));
+        m.check("k", 3, &args, 40, "dev").unwrap();
+        let e = m.check("k", 3, &args, 39, "dev").unwrap_err().to_string();
+        assert!(
+            e.contains("needs 40 bytes of LDS per work-group")
+                && e.contains("10 bytes of static LDS, 3 of the launch's dynamic shared memory, 27 of its `__local` arguments")
+                && e.contains("dev has at most 39"),
+            "{e}"
+        );
+        let bad = [KernelArg::I32(0), KernelArg::F32(1.0)];
+        let e = m
+            .check("k", 0, &bad, 1 << 16, "dev")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("argument 1 is a `__local` pointer") && e.contains("passes f32"),
+            "{e}"
+        );
+        let strict = LocalMemory {
+            min_size: 1,
+            ..m.clone()
+        };
+        let zero = [
+            KernelArg::I32(0),
+            KernelArg::U32(0),
+            KernelArg::I32(0),
+            KernelArg::U32(4),
+        ];
+        let e = strict
+            .check("k", 0, &zero, 1 << 16, "dev")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 1; the launch passes 0"), "{e}");
+        // Sizes near u64::MAX saturate instead of wrapping into a small total.
+        let huge = LocalMemory {
+            name: "LDS",
+            fixed: u64::MAX - 1,
+            pointers: vec![(0, 8)],
+            min_size: 0,
+        };
+        assert!(
+            huge.check("k", 5, &[KernelArg::U64(8)], 1 << 16, "dev")
+                .is_err()
+        );
+    }
+}

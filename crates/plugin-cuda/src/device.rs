@@ -494,16 +494,21 @@ impl DeviceBackend for CudaDevice {
             kernel.max_threads,
             "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, from its registers",
         )?;
-        let total = u64::from(kernel.static_shared) + u64::from(dims.shared_mem_bytes);
-        if total > u64::from(self.shared_optin) {
-            return Err(Error::InvalidArgument(format!(
-                "kernel '{name}' has {} bytes of static shared memory; with the launch's {} \
-                 bytes of dynamic shared memory that is {total}, and {} allows at most {} per \
-                 block",
-                kernel.static_shared, dims.shared_mem_bytes, self.info.name, self.shared_optin
-            )));
+        // The layer's one budget of work-group memory: a CUDA kernel has no `__local`
+        // arguments, only its static and the launch's dynamic shared memory.
+        args::LocalMemory {
+            name: "shared memory",
+            fixed: u64::from(kernel.static_shared),
+            pointers: Vec::new(),
+            min_size: 0,
         }
-        Ok(())
+        .check(
+            name,
+            u64::from(dims.shared_mem_bytes),
+            args,
+            u64::from(self.shared_optin),
+            &self.info.name,
+        )
     }
 
     fn global(&self, module: &Module, name: &str) -> Result<GlobalSymbol> {

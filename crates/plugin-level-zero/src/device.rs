@@ -704,28 +704,15 @@ impl DeviceBackend for ZeDevice {
                 dims.shared_mem_bytes
             )));
         }
-        let mut local = u64::from(kernel.local_mem);
-        for &i in &kernel.locals {
-            let size = args
-                .get(i as usize)
-                .and_then(KernelArg::integer)
-                .unwrap_or(-1);
-            if size <= 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "kernel '{name}' argument {i} is a `__local` pointer: the launch passes its \
-                     size in bytes, a positive number, not {size}"
-                )));
-            }
-            local += size as u64;
+        // The layer's one layout and budget of work-group memory; the driver places the
+        // `__local` arguments itself (no alignment here) and refuses a size of 0.
+        offload_plugin_common::args::LocalMemory {
+            name: "local memory",
+            fixed: u64::from(kernel.local_mem),
+            pointers: kernel.locals.iter().map(|&i| (i as usize, 1)).collect(),
+            min_size: 1,
         }
-        if local > u64::from(self.max_shared) {
-            return Err(Error::InvalidArgument(format!(
-                "kernel '{name}' needs {local} bytes of work-group local memory ({} of its own \
-                 and its `__local` arguments'); {} has {} per work-group",
-                kernel.local_mem, self.info.name, self.max_shared
-            )));
-        }
-        Ok(())
+        .check(name, 0, args, u64::from(self.max_shared), &self.info.name)
     }
 
     fn global(&self, program: &Program, name: &str) -> Result<GlobalSymbol> {
