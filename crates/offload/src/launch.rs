@@ -9,9 +9,9 @@
 //! at least as long as the extent the record declares for these arguments (`float y[n]`).
 //! [`Launch::run_unchecked`] is the way to launch a kernel without a record.
 
+use crate::Kernel;
 use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy, HostBuffer, element_of};
 use crate::params::{CType, KernelParams, Param, ParamKind, Pointer};
-use crate::runtime::Kernel;
 use crate::{Queue, QueueScope};
 use offload_core::{Error, KernelArg, LaunchDims, Result};
 use std::marker::PhantomData;

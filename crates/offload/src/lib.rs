@@ -46,13 +46,17 @@
 //! ```
 
 mod buffer;
+mod device;
 pub mod diagnostics;
 mod discovery;
 mod json;
 mod launch;
 pub mod params;
+mod plugins;
+mod program;
 mod queue;
 pub mod raw;
+mod route;
 mod runtime;
 mod typed;
 
@@ -61,6 +65,8 @@ pub use buffer::{BufferView, BufferViewMut, HostBuffer};
 pub use launch::{KernelArgument, Launch, LaunchQueue};
 pub use typed::{In, Out, ParamType, ParamTypes, TypedKernel};
 
+pub use buffer::{DeviceBuffer, DeviceCopy};
+pub use device::Device;
 pub use discovery::{
     ENV_PLUGIN_PATH, ENV_PLUGINS, PLUGIN_PREFIX, PLUGIN_SUFFIX, default_plugin_dirs, dirs_beside,
     plugin_filter, plugin_path_entries,
@@ -73,11 +79,10 @@ pub use offload_core::{
     MemoryKind, ProgramHandle, QueueHandle, Result, ScalarType,
 };
 pub use offload_jit_client::{DiskMode, JitClient};
+pub use plugins::{PluginSlot, PluginStatus, jit_client};
+pub use program::{Kernel, Program};
 pub use queue::{Event, Queue, QueueScope};
-pub use runtime::{
-    Device, DeviceBuffer, DeviceCopy, ENV_DEFAULT_DEVICE, Kernel, LINKED, PluginSlot, PluginStatus,
-    Program, Runtime, RuntimeBuilder, jit_client,
-};
+pub use runtime::{ENV_DEFAULT_DEVICE, LINKED, Runtime, RuntimeBuilder};
 
 /// The kernel container `offload_build::Build::compile("<name>")` wrote in this crate's build
 /// script, embedded: `unsafe { device.load_trusted(offload::include_kernels!("saxpy")) }?`

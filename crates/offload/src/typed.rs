@@ -5,11 +5,11 @@
 //! shared borrow where it writes, do not compile. Each launch still checks the extents
 //! (`float y[n]`) against the buffers, as [`crate::Launch::run`] does.
 
+use crate::Kernel;
 use crate::LaunchQueue;
 use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::launch::Launch;
 use crate::params::{CType, ParamKind};
-use crate::runtime::Kernel;
 use offload_core::{Error, LaunchDims, Result};
 use std::marker::PhantomData;
 
