@@ -625,6 +625,43 @@ fn typed_kernels_are_checked_once_and_launch_with_tuples() {
         .launch_on(&queue, LaunchDims::linear(1, 64), (64, 1.0, &x, &mut y))
         .unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![3.5f32; 64]);
+    // Ranges of buffers: y[16..48] += 2 * x[32..64]; the rest of y is untouched, and the
+    // extent is checked against the range, not the whole buffer.
+    saxpy
+        .launch(
+            LaunchDims::linear(1, 32),
+            (
+                32,
+                2.0,
+                x.slice(32..).unwrap(),
+                y.slice_mut(16..48).unwrap(),
+            ),
+        )
+        .unwrap();
+    let got = y.to_vec().unwrap();
+    for (i, v) in got.iter().enumerate() {
+        let want = if (16..48).contains(&i) { 5.5 } else { 3.5 };
+        assert_eq!(*v, want, "y[{i}]");
+    }
+    let e = saxpy
+        .launch(
+            LaunchDims::linear(1, 64),
+            (
+                33,
+                2.0,
+                x.slice(32..).unwrap(),
+                y.slice_mut(16..48).unwrap(),
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("may touch 33 element(s)"), "{e}");
+    // Two disjoint exclusive ranges of one buffer in one launch (split_at_mut), on a queue.
+    let (lo, hi) = y.split_at_mut(32).unwrap();
+    queue
+        .scope(|s| saxpy.launch_on(s, LaunchDims::linear(1, 32), (32, 1.0, hi.view(), lo)))
+        .unwrap();
+    assert_eq!(y.to_vec().unwrap()[..16], vec![3.5f32 + 5.5; 16]);
     // Rust types that do not match the record are refused once, naming the parameter.
     let k = || program.kernel("saxpy").unwrap();
     for (e, want) in [

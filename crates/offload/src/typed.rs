@@ -2,23 +2,25 @@
 //! In<f32>, Out<f32>)>()?` checks once that the kernel's `OFFLOAD_PARAMS` record has these
 //! types, and then `saxpy.launch(dims, (n, 2.0, &x, &mut y))` is type-checked by the compiler:
 //! a buffer where the kernel takes an `int`, an `f64` buffer where it takes `float *`, or a
-//! shared borrow where it writes, do not compile. Each launch still checks the extents
-//! (`float y[n]`) against the buffers, as [`crate::Launch::run`] does.
+//! shared borrow where it writes, do not compile. A buffer parameter takes a whole buffer or a
+//! range of one (`x.slice(..n)`, `y.slice_mut(n..)`: [`ParamValue`]). Each launch still checks
+//! the extents (`float y[n]`) against the buffers or ranges, as [`crate::Launch::run`] does.
 
 use crate::Kernel;
 use crate::LaunchQueue;
-use crate::buffer::{DeviceBuffer, DeviceCopy};
+use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy, HostBuffer};
 use crate::launch::Launch;
 use crate::params::{CType, ParamKind};
 use offload_core::{Error, LaunchDims, Result};
 use std::marker::PhantomData;
 
 /// A pointer parameter the kernel only reads (`const T *`, `const T x[n]`): passed as
-/// `&DeviceBuffer<T>`.
+/// `&DeviceBuffer<T>`, a range of one (`BufferView<T>`: `x.slice(a..b)`) or `&HostBuffer<T>`.
 #[derive(Debug)]
 pub struct In<T>(PhantomData<T>);
 
-/// A pointer parameter the kernel writes (`T *`, `T y[n]`): passed as `&mut DeviceBuffer<T>`.
+/// A pointer parameter the kernel writes (`T *`, `T y[n]`): passed as `&mut DeviceBuffer<T>`,
+/// an exclusive range of one (`BufferViewMut<T>`: `y.slice_mut(a..b)`) or `&mut HostBuffer<T>`.
 #[derive(Debug)]
 pub struct Out<T>(PhantomData<T>);
 
@@ -37,28 +39,54 @@ pub enum Expect {
 /// One parameter type of a typed kernel: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`, [`In`],
 /// [`Out`]. Sealed.
 pub trait ParamType: sealed::Sealed {
-    /// What a launch passes for it.
-    type Value<'a>;
     #[doc(hidden)]
     fn expect() -> Expect;
+}
+
+/// What a launch may pass for a parameter of type `P`: the scalar itself; for [`In<T>`]
+/// `&DeviceBuffer<T>`, `BufferView<T>` or `&HostBuffer<T>`; for [`Out<T>`] `&mut
+/// DeviceBuffer<T>`, `BufferViewMut<T>` or `&mut HostBuffer<T>`. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be passed for a typed kernel's parameter of type `{P}`",
+    label = "a kernel parameter of type `{P}`",
+    note = "a scalar takes its own type; In<T> takes &DeviceBuffer<T>, BufferView<T> or \
+            &HostBuffer<T>; Out<T> (which the kernel writes) takes &mut DeviceBuffer<T>, \
+            BufferViewMut<T> or &mut HostBuffer<T>"
+)]
+pub trait ParamValue<'a, P: ParamType>: sealed::Value<P> {
     #[doc(hidden)]
-    fn push<'a>(v: Self::Value<'a>, l: &mut Launch<'_, 'a>);
+    fn push(self, l: &mut Launch<'_, 'a>);
 }
 
 mod sealed {
     pub trait Sealed {}
+    pub trait Value<P> {}
 }
 
 macro_rules! scalar_param {
     ($($t:ty => $c:ident),*) => { $(
         impl sealed::Sealed for $t {}
         impl ParamType for $t {
-            type Value<'a> = $t;
             fn expect() -> Expect {
                 Expect::Scalar(CType::$c)
             }
-            fn push<'a>(v: $t, l: &mut Launch<'_, 'a>) {
-                l.arg(v);
+        }
+        impl sealed::Value<$t> for $t {}
+        impl<'a> ParamValue<'a, $t> for $t {
+            fn push(self, l: &mut Launch<'_, 'a>) {
+                l.arg(self);
+            }
+        }
+    )* };
+}
+
+/// The values a buffer parameter takes: `$param<T>` from each `$value`.
+macro_rules! buffer_values {
+    ($param:ident: $($value:ty),*) => { $(
+        impl<'a, T: DeviceCopy> sealed::Value<$param<T>> for $value {}
+        impl<'a, T: DeviceCopy> ParamValue<'a, $param<T>> for $value {
+            fn push(self, l: &mut Launch<'_, 'a>) {
+                l.arg(self);
             }
         }
     )* };
@@ -67,7 +95,6 @@ scalar_param!(i32 => I32, u32 => U32, i64 => I64, u64 => U64, f32 => F32, f64 =>
 
 impl<T: DeviceCopy> sealed::Sealed for In<T> {}
 impl<T: DeviceCopy> ParamType for In<T> {
-    type Value<'a> = &'a DeviceBuffer<T>;
     fn expect() -> Expect {
         Expect::Pointer {
             element: crate::buffer::element_of::<T>(),
@@ -75,14 +102,11 @@ impl<T: DeviceCopy> ParamType for In<T> {
             written: false,
         }
     }
-    fn push<'a>(v: &'a DeviceBuffer<T>, l: &mut Launch<'_, 'a>) {
-        l.arg(v);
-    }
 }
+buffer_values!(In: &'a DeviceBuffer<T>, BufferView<'a, T>, &'a HostBuffer<T>);
 
 impl<T: DeviceCopy> sealed::Sealed for Out<T> {}
 impl<T: DeviceCopy> ParamType for Out<T> {
-    type Value<'a> = &'a mut DeviceBuffer<T>;
     fn expect() -> Expect {
         Expect::Pointer {
             element: crate::buffer::element_of::<T>(),
@@ -90,54 +114,60 @@ impl<T: DeviceCopy> ParamType for Out<T> {
             written: true,
         }
     }
-    fn push<'a>(v: &'a mut DeviceBuffer<T>, l: &mut Launch<'_, 'a>) {
-        l.arg(v);
-    }
 }
+buffer_values!(Out: &'a mut DeviceBuffer<T>, BufferViewMut<'a, T>, &'a mut HostBuffer<T>);
 
 /// A tuple of [`ParamType`]s: a typed kernel's parameter list (up to 12). Sealed.
 pub trait ParamTypes: sealed::Sealed {
-    /// The tuple a launch passes.
-    type Values<'a>;
     #[doc(hidden)]
     fn expects() -> Vec<Expect>;
+}
+
+/// The tuple a launch of a kernel typed `P` passes: a [`ParamValue`] for each parameter.
+/// Sealed.
+pub trait ParamValues<'a, P: ParamTypes>: sealed::Value<P> {
     #[doc(hidden)]
-    fn push<'a>(v: Self::Values<'a>, l: &mut Launch<'_, 'a>);
+    fn push(self, l: &mut Launch<'_, 'a>);
 }
 
 macro_rules! params_tuple {
-    ($($p:ident $v:ident),*) => {
+    ($($p:ident $x:ident $v:ident),*) => {
         impl<$($p: ParamType),*> sealed::Sealed for ($($p,)*) {}
         impl<$($p: ParamType),*> ParamTypes for ($($p,)*) {
-            type Values<'a> = ($($p::Value<'a>,)*);
             fn expects() -> Vec<Expect> {
                 vec![$($p::expect()),*]
             }
+        }
+        impl<$($p: ParamType, $x: sealed::Value<$p>),*> sealed::Value<($($p,)*)>
+            for ($($x,)*) {}
+        impl<'a, $($p: ParamType, $x: ParamValue<'a, $p>),*> ParamValues<'a, ($($p,)*)>
+            for ($($x,)*)
+        {
             #[allow(
                 unused_variables,
                 clippy::unused_unit,
                 reason = "the expansion for no parameters binds nothing from `()`"
             )]
-            fn push<'a>(v: Self::Values<'a>, l: &mut Launch<'_, 'a>) {
-                let ($($v,)*) = v;
-                $($p::push($v, l);)*
+            fn push(self, l: &mut Launch<'_, 'a>) {
+                let ($($v,)*) = self;
+                $($v.push(l);)*
             }
         }
     };
 }
 params_tuple!();
-params_tuple!(A a);
-params_tuple!(A a, B b);
-params_tuple!(A a, B b, C c);
-params_tuple!(A a, B b, C c, D d);
-params_tuple!(A a, B b, C c, D d, E e);
-params_tuple!(A a, B b, C c, D d, E e, F f);
-params_tuple!(A a, B b, C c, D d, E e, F f, G g);
-params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h);
-params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i);
-params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j);
-params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k);
-params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
+params_tuple!(A XA a);
+params_tuple!(A XA a, B XB b);
+params_tuple!(A XA a, B XB b, C XC c);
+params_tuple!(A XA a, B XB b, C XC c, D XD d);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e, F XF f);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e, F XF f, G XG g);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e, F XF f, G XG g, H XH h);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e, F XF f, G XG g, H XH h, I XI i);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e, F XF f, G XG g, H XH h, I XI i, J XJ j);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e, F XF f, G XG g, H XH h, I XI i, J XJ j, K XK k);
+params_tuple!(A XA a, B XB b, C XC c, D XD d, E XE e, F XF f, G XG g, H XH h, I XI i, J XJ j, K XK k, L XL l);
 
 /// A kernel whose parameter types the compiler knows ([`Kernel::typed`]).
 pub struct TypedKernel<P: ParamTypes> {
@@ -232,9 +262,9 @@ impl<P: ParamTypes> TypedKernel<P> {
 
     /// Launches it with these arguments and waits for it; the extents are checked against
     /// the buffers first ([`crate::Launch::run`]).
-    pub fn launch(&self, dims: LaunchDims, args: P::Values<'_>) -> Result<()> {
+    pub fn launch<'a>(&self, dims: LaunchDims, args: impl ParamValues<'a, P>) -> Result<()> {
         let mut launch = self.kernel.launch(dims);
-        P::push(args, &mut launch);
+        args.push(&mut launch);
         launch.run()
     }
 
@@ -243,10 +273,10 @@ impl<P: ParamTypes> TypedKernel<P> {
         &self,
         queue: Q,
         dims: LaunchDims,
-        args: P::Values<'a>,
+        args: impl ParamValues<'a, P>,
     ) -> Result<()> {
         let mut launch = self.kernel.launch(dims);
-        P::push(args, &mut launch);
+        args.push(&mut launch);
         launch.run_on(queue)
     }
 }
