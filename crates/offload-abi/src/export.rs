@@ -1,10 +1,10 @@
 //! Plugin side of the ABI: turns a `Box<dyn GenericPlugin>` into a [`PluginTable`].
 //!
 //! The checks every backend needs (init once, device range, empty images and names, null
-//! pointers, zero sizes, launch shapes) are [`offload_core::checked`]'s, which every exported
-//! plugin is wrapped in, as in-process plugins are; what is checked here is the C boundary itself:
-//! null out-pointers, pointer and length pairs, UTF-8 names, argument encodings, and every
-//! panic is caught.
+//! pointers, zero sizes, launch shapes) are the generic device layer's (`plugin-common`, whose
+//! `export_backend!` is how a backend is exported); what is checked here is the C boundary
+//! itself: null out-pointers, pointer and length pairs, UTF-8 names, argument encodings, and
+//! every panic is caught.
 
 use super::{
     ABI_MAGIC, ABI_MAJOR, ABI_MINOR, AbiDeviceInfo, AbiErrorOut, AbiHeader, AbiJitService,
@@ -20,11 +20,14 @@ use offload_core::types::{
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 
-/// Exports a plugin: `offload_abi::export_plugin!(unsafe MyPlugin::new);` in the backend's
-/// `lib.rs` defines the entry symbol. The constructor must be cheap and must not touch a driver;
+/// Exports a plugin as it is: `offload_abi::export_plugin!(unsafe MyPlugin::new);` defines the
+/// entry symbol. Backends use `offload_plugin_common::export_backend!`, which calls this with
+/// the generic layer in front of the backend; a plugin exported here directly makes the
+/// layer's checks (init once, device range, null pointers, launch shapes) itself. The constructor must be cheap and must not touch a driver;
 /// if it panics, the entry returns null and the runtime reports the plugin as failed. The
 /// `unsafe` is the exporting crate's word for what [`build_table`] asks: its plugin keeps
 /// [`GenericDevice`]'s contract, which every program that loads the library relies on.
+#[doc(hidden)]
 #[macro_export]
 macro_rules! export_plugin {
     (unsafe $ctor:expr) => {

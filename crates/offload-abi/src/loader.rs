@@ -461,8 +461,8 @@ impl GenericPlugin for LoadedPlugin {
             .this
             .upgrade()
             .ok_or_else(|| Error::NotFound(format!("plugin '{}' was dropped", self.name)))?;
-        // The index is checked by the plugin's ABI layer on every call (and by the runtime
-        // against the device count before it asks), so no round trip is spent on it here.
+        // The runtime checks the index against the device count before it asks, and the
+        // plugin's generic layer on every call; no round trip is spent on it here.
         Ok(Arc::new(LoadedDevice { plugin, dev }))
     }
 }

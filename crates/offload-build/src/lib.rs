@@ -2,7 +2,7 @@
 //!
 //! Compiles C kernels written with `offload_kernel.h` in a build script, for every target
 //! asked, into one container (LLVM offload binaries, one image per target) that
-//! `offload::include_kernels!` embeds and `Device::load` picks from: the host shared object
+//! `offload::include_kernels!` embeds and `Device::load_trusted` picks from: the host shared object
 //! on the host device, PTX on an NVIDIA GPU, a code object on an AMD GPU, bitcode through the
 //! JIT wherever nothing native fits.
 //!

@@ -65,8 +65,13 @@ impl Queue {
         // more while this one waits.
         let before = lock(&self.owned).len();
         let r = self.device.inner().queue_synchronize(self.handle);
-        // Whatever the outcome, every job submitted before the wait has run or been skipped.
-        lock(&self.owned).drain(..before);
+        let done: Vec<_> = lock(&self.owned).drain(..before).collect();
+        match &r {
+            // The work may still read it: never freed (the device is failed for good).
+            Err(e) if e.is_unsettled() => std::mem::forget(done),
+            // Every job submitted before the wait has run or been skipped.
+            _ => drop(done),
+        }
         r
     }
 
@@ -186,9 +191,16 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        // Destroying waits for the queue to drain, so the host memory it owns outlives the work.
-        let _ = self.device.inner().queue_destroy(self.handle);
-        lock(&self.owned).clear();
+        // Destroying waits for the queue to drain, so the host memory it owns outlives the work;
+        // unless that work did not settle, when it is never freed.
+        let destroyed = self.device.inner().queue_destroy(self.handle);
+        let owned = std::mem::take(&mut *lock(&self.owned));
+        if destroyed
+            .as_ref()
+            .is_err_and(offload_core::Error::is_unsettled)
+        {
+            std::mem::forget(owned);
+        }
     }
 }
 

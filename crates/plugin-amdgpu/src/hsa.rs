@@ -270,30 +270,35 @@ impl Hsa {
     /// error naming it.
     pub fn load() -> Result<Hsa> {
         let names: Vec<String> = NAMES.iter().map(|s| s.to_string()).collect();
-        dylib::open_driver(
-            ENV_RUNTIME,
-            &names,
-            "the HSA runtime (ROCm)",
-            "install it (Debian: apt install libhsa-runtime64-1)",
-            |c, lib| {
-                let hsa = Hsa {
-                    lib,
-                    symbols: Symbols::default(),
-                    status_string: EntryPoint::default(),
-                };
-                // SAFETY: hsa_init has no preconditions.
-                match unsafe { hsa.hsa_init() } {
-                    Ok(()) => Start::Ready(hsa),
-                    Err(e) => Start::Absent(match kfd_problem() {
-                        Some(why) => format!("the HSA runtime '{c}' found no AMD GPU: {why}"),
-                        None => format!(
-                            "the HSA runtime '{c}' failed to initialise ({})",
-                            e.message()
-                        ),
-                    }),
-                }
-            },
-        )
+        let start = |c: &str, lib| {
+            let hsa = Hsa {
+                lib,
+                symbols: Symbols::default(),
+                status_string: EntryPoint::default(),
+            };
+            // SAFETY: hsa_init has no preconditions.
+            match unsafe { hsa.hsa_init() } {
+                Ok(()) => Start::Ready(hsa),
+                Err(e) => Start::Absent(match kfd_problem() {
+                    Some(why) => format!("the HSA runtime '{c}' found no AMD GPU: {why}"),
+                    None => format!(
+                        "the HSA runtime '{c}' failed to initialise ({})",
+                        e.message()
+                    ),
+                }),
+            }
+        };
+        // SAFETY: the HSA runtime's own library names, and the file its variable names (the
+        // user's, trusted as the dynamic loader's search path is).
+        unsafe {
+            dylib::open_driver(
+                ENV_RUNTIME,
+                &names,
+                "the HSA runtime (ROCm)",
+                "install it (Debian: apt install libhsa-runtime64-1)",
+                start,
+            )
+        }
     }
 
     /// The library's path (as it was opened).

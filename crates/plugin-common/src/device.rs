@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 /// reads every byte before it is overwritten, or, when that would take more than
 /// [`MAX_COPY_PIECES`] pieces, a copy through a temporary device allocation (pieces again if
 /// none can be had).
-pub fn copy_within<D: DeviceBackend>(
+pub(crate) fn copy_within<D: DeviceBackend>(
     backend: &D,
     dst: DevicePtr,
     src: DevicePtr,
@@ -50,7 +50,12 @@ pub fn copy_within<D: DeviceBackend>(
         if let Some(stream) = stream
             && backend.stream_ordered()
         {
-            result = result.and(backend.sync_stream(stream));
+            // A sync that did not settle wins over an earlier failure: then the first copy
+            // may still write the temporary.
+            result = match (result, backend.sync_stream(stream)) {
+                (_, Err(e)) if e.is_unsettled() => Err(e),
+                (r, s) => r.and(s),
+            };
         }
         // A copy that did not settle may still write it: never freed (health.rs).
         if !result.as_ref().is_err_and(Error::is_unsettled) {
@@ -140,11 +145,6 @@ impl<D: DeviceBackend> Device<D> {
             regions: Arc::default(),
             health: Arc::default(),
         }
-    }
-
-    /// The backend's device.
-    pub fn backend(&self) -> &D {
-        &self.backend
     }
 
     /// Whether an operation that did not settle has failed the device for good
@@ -362,12 +362,17 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         }
         self.enter()?;
         let ptr = self.backend.alloc(size, kind)?;
-        let backend = self.backend.clone();
+        let (backend, health) = (self.backend.clone(), self.health.clone());
         self.regions.insert(Region::new(
             ptr,
             size,
             RegionKind::Allocation(kind),
             Some(Box::new(move |p, s| {
+                // A device failed for good runs nothing more, frees included (a driver's free
+                // may wait for the work that did not settle): its memory is left as it is.
+                if health.is_failed() {
+                    return;
+                }
                 let _ = backend.enter();
                 backend.free(p, s, kind)
             })),

@@ -51,7 +51,12 @@ pub enum Start<T> {
 /// error says what was tried, what was passed over and why, the dynamic loader's last message,
 /// and `install` (how to get the driver). Every "no driver" outcome is [`Error::NoDevice`] with
 /// the reason in plain words; a bad `variable` is an error naming it.
-pub fn open_driver<T>(
+///
+/// # Safety
+/// As [`DriverLibrary::open`], for each of `names` and the file `variable` names: the caller
+/// trusts them as the driver it names (a backend passes its driver's own library names; the
+/// variable is the user's, trusted as the dynamic loader's search path is).
+pub unsafe fn open_driver<T>(
     variable: &str,
     names: &[String],
     what: &'static str,
@@ -62,8 +67,7 @@ pub fn open_driver<T>(
     let mut passed_over: Vec<String> = Vec::new();
     let mut loader_error = String::new();
     for c in &candidates {
-        // SAFETY: the candidates are the driver's own library names and the file the user's
-        // variable names: trusted as the dynamic loader trusts its search path.
+        // SAFETY: this function's contract, for each candidate.
         let lib = match unsafe { DriverLibrary::open(c, what) } {
             Ok(lib) => lib,
             Err(e) => {
@@ -286,28 +290,34 @@ mod tests {
         let var = "OFFLOAD_TEST_UNSET_DRIVER_VARIABLE";
         // libc is passed over, libm is the driver.
         let mut seen = Vec::new();
-        let got = open_driver(var, &names, "the test driver", "install it", |c, lib| {
-            seen.push(c.to_string());
-            match c {
-                "libc.so.6" => Start::PassOver(format!("'{c}' is not it")),
-                _ => Start::Ready(lib.path().to_string()),
-            }
-        })
+        // SAFETY: libc and libm, already loaded in this process; the first name opens nothing.
+        let got = unsafe {
+            open_driver(var, &names, "the test driver", "install it", |c, lib| {
+                seen.push(c.to_string());
+                match c {
+                    "libc.so.6" => Start::PassOver(format!("'{c}' is not it")),
+                    _ => Start::Ready(lib.path().to_string()),
+                }
+            })
+        }
         .unwrap();
         assert_eq!(got, "libm.so.6");
         assert_eq!(seen, ["libc.so.6", "libm.so.6"]);
         // The driver without devices: no device, naming what was passed over; no later try.
-        let e = open_driver::<()>(
-            var,
-            &names,
-            "the test driver",
-            "install it",
-            |c, _| match c {
-                "libc.so.6" => Start::PassOver(format!("'{c}' is not it")),
-                "libm.so.6" => Start::Absent("no GPU".into()),
-                _ => unreachable!("{c}"),
-            },
-        )
+        // SAFETY: as above.
+        let e = unsafe {
+            open_driver::<()>(
+                var,
+                &names,
+                "the test driver",
+                "install it",
+                |c, _| match c {
+                    "libc.so.6" => Start::PassOver(format!("'{c}' is not it")),
+                    "libm.so.6" => Start::Absent("no GPU".into()),
+                    _ => unreachable!("{c}"),
+                },
+            )
+        }
         .unwrap_err();
         assert!(matches!(e, Error::NoDevice(_)), "{e:?}");
         assert_eq!(
@@ -315,9 +325,12 @@ mod tests {
             "no GPU (passed over before it: 'libc.so.6' is not it)"
         );
         // None will do: every name tried, the passed-over ones and the loader's message.
-        let e = open_driver::<()>(var, &names, "the test driver", "install it", |c, _| {
-            Start::PassOver(format!("'{c}' is not it"))
-        })
+        // SAFETY: as above.
+        let e = unsafe {
+            open_driver::<()>(var, &names, "the test driver", "install it", |c, _| {
+                Start::PassOver(format!("'{c}' is not it"))
+            })
+        }
         .unwrap_err();
         let m = e.message();
         assert!(matches!(e, Error::NoDevice(_)), "{e:?}");

@@ -75,7 +75,7 @@ pub enum Op<'a, D: DeviceBackend> {
         len: usize,
     },
     /// `len` bytes between two device ranges that do not overlap (GPU copy engines give no
-    /// result for overlapping ones; the layer splits or stages those, [`copy_within`](crate::copy_within)).
+    /// result for overlapping ones; the layer splits or stages those, `copy_within`).
     CopyDeviceToDevice {
         /// Destination.
         dst: DevicePtr,

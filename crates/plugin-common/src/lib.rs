@@ -37,7 +37,7 @@ mod plugin;
 pub mod queue;
 pub mod select;
 
-pub use device::{Device, MAX_COPY_PIECES, copy_within};
+pub use device::{Device, MAX_COPY_PIECES};
 pub use hooks::{Backend, DeviceBackend, Fit, HostPtr, Op};
 pub use memory::Hold;
 pub use offload_abi;

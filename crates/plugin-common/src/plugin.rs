@@ -61,11 +61,6 @@ impl<B: Backend> Plugin<B> {
         }
     }
 
-    /// The backend.
-    pub fn backend(&self) -> &B {
-        &self.backend
-    }
-
     /// The layer's device `index`, after `init` and below its count (also for backends' own
     /// tests).
     pub fn layer_device(&self, index: usize) -> Result<Arc<Device<B::Device>>> {

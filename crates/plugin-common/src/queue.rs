@@ -88,10 +88,12 @@ impl InFlight {
             return;
         }
         let mut outcome = match &self.drain {
+            // A drain that panicked says nothing of whether the work ended: unsettled.
             Some(drain) => offload_core::panic::catch(drain).unwrap_or_else(|m| {
-                Err(Error::PluginPanic(format!(
-                    "draining the stream of {name} panicked: {m}"
-                )))
+                Err(
+                    Error::PluginPanic(format!("draining the stream of {name} panicked: {m}"))
+                        .unsettled(),
+                )
             }),
             None => Ok(()),
         };
@@ -99,17 +101,27 @@ impl InFlight {
         if let Err(e) = &outcome
             && e.is_unsettled()
         {
-            match &self.quarantine {
-                Some(q) => q(keep, e),
-                // Nobody to hand it to: never dropped.
-                None => std::mem::forget(keep),
-            }
+            self.keep = keep;
+            return self.quarantine(state, e);
         } else if let Err(m) = offload_core::panic::catch(move || drop(keep)) {
             outcome = outcome.and(Err(Error::PluginPanic(format!(
                 "releasing what the work of {name} used panicked: {m}"
             ))));
         }
         finish(state, std::mem::take(&mut self.jobs), outcome);
+    }
+}
+
+impl InFlight {
+    /// Hands what the enqueued jobs use to the quarantine (never released) and counts them
+    /// as done with `why`.
+    fn quarantine(&mut self, state: &Shared, why: &Error) {
+        let keep = std::mem::take(&mut self.keep);
+        match &self.quarantine {
+            Some(q) => q(keep, why),
+            None => std::mem::forget(keep),
+        }
+        finish(state, std::mem::take(&mut self.jobs), Err(why.clone()));
     }
 }
 
@@ -195,6 +207,13 @@ impl Queue {
                                     if in_flight.jobs >= MAX_IN_FLIGHT as u64 {
                                         in_flight.settle(&worker_state, &thread_name);
                                     }
+                                }
+                                Err(e) if e.is_unsettled() => {
+                                    // Its own wait gave up: what it and the work before it
+                                    // use may still be in use, so it is quarantined, not
+                                    // drained and released.
+                                    in_flight.quarantine(&worker_state, &e);
+                                    finish(&worker_state, 1, Err(e));
                                 }
                                 Err(e) => {
                                     // What it did enqueue, and the work before it, run first;

@@ -149,47 +149,50 @@ impl Driver {
                 names.push(n);
             }
         }
-        dylib::open_driver(
-            ENV_DRIVER,
-            &names,
-            "the CUDA driver",
-            "install the NVIDIA driver",
-            |c, lib| {
-                let driver = Driver {
-                    lib,
-                    symbols: Symbols::default(),
-                    error_name: EntryPoint::default(),
-                    error_string: EntryPoint::default(),
-                };
-                // Called by hand, not as an entry-point method: the raw status tells the stub
-                // apart.
-                let init = driver.lib.address(c"cuInit").map(|addr| {
-                    // SAFETY: the symbol has this C signature in every CUDA driver.
-                    unsafe {
-                        std::mem::transmute::<usize, unsafe extern "C" fn(c_uint) -> c_int>(addr)
-                    }
-                });
-                let Some(init) = init else {
-                    return Start::PassOver(format!("'{c}' has no cuInit (not a CUDA driver)"));
-                };
-                // SAFETY: cuInit has no preconditions.
-                let status = unsafe { init(0) };
-                match driver.check(status, "cuInit") {
-                    Ok(()) => Start::Ready(driver),
-                    Err(Error::NoDevice(why)) if status == STUB_LIBRARY => Start::PassOver(why),
-                    Err(Error::NoDevice(why)) => Start::Absent(why),
-                    // Before any context: not the "context is unusable" of a sticky status.
-                    Err(Error::DeviceFailure(_)) => Start::Absent(format!(
-                        "the CUDA driver '{c}' failed to initialise (cuInit: {})",
-                        driver.status_name(status)
-                    )),
-                    Err(e) => Start::Absent(format!(
-                        "the CUDA driver '{c}' failed to initialise: {}",
-                        e.message()
-                    )),
-                }
-            },
-        )
+        let start = |c: &str, lib| {
+            let driver = Driver {
+                lib,
+                symbols: Symbols::default(),
+                error_name: EntryPoint::default(),
+                error_string: EntryPoint::default(),
+            };
+            // Called by hand, not as an entry-point method: the raw status tells the stub
+            // apart.
+            let init = driver.lib.address(c"cuInit").map(|addr| {
+                // SAFETY: the symbol has this C signature in every CUDA driver.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_uint) -> c_int>(addr) }
+            });
+            let Some(init) = init else {
+                return Start::PassOver(format!("'{c}' has no cuInit (not a CUDA driver)"));
+            };
+            // SAFETY: cuInit has no preconditions.
+            let status = unsafe { init(0) };
+            match driver.check(status, "cuInit") {
+                Ok(()) => Start::Ready(driver),
+                Err(Error::NoDevice(why)) if status == STUB_LIBRARY => Start::PassOver(why),
+                Err(Error::NoDevice(why)) => Start::Absent(why),
+                // Before any context: not the "context is unusable" of a sticky status.
+                Err(Error::DeviceFailure(_)) => Start::Absent(format!(
+                    "the CUDA driver '{c}' failed to initialise (cuInit: {})",
+                    driver.status_name(status)
+                )),
+                Err(e) => Start::Absent(format!(
+                    "the CUDA driver '{c}' failed to initialise: {}",
+                    e.message()
+                )),
+            }
+        };
+        // SAFETY: the CUDA driver's own library names, and the file its variable names (the user's,
+        // trusted as the dynamic loader's search path is).
+        unsafe {
+            dylib::open_driver(
+                ENV_DRIVER,
+                &names,
+                "the CUDA driver",
+                "install the NVIDIA driver",
+                start,
+            )
+        }
     }
 
     /// The library's path (as it was opened).

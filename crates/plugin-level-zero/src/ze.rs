@@ -589,27 +589,32 @@ impl Ze {
     /// words; a bad `OFFLOAD_LEVEL_ZERO_LOADER` is an error naming it.
     pub fn load() -> Result<Ze> {
         let names: Vec<String> = NAMES.iter().map(|s| s.to_string()).collect();
-        dylib::open_driver(
-            ENV_LOADER,
-            &names,
-            "the Level Zero loader",
-            "install it (Debian: apt install libze1) and a GPU driver (Intel's compute runtime)",
-            |c, lib| {
-                let ze = Ze {
-                    lib,
-                    symbols: Symbols::default(),
-                };
-                // SAFETY: zeInit has no preconditions; it is the first call.
-                match unsafe { ze.zeInit(INIT_GPU_ONLY) } {
-                    Ok(()) => Start::Ready(ze),
-                    Err(e) => Start::Absent(format!(
-                        "the Level Zero loader '{c}' found no usable GPU driver ({}): {}",
-                        e.message(),
-                        ze.no_driver_reason()
-                    )),
-                }
-            },
-        )
+        let start = |c: &str, lib| {
+            let ze = Ze {
+                lib,
+                symbols: Symbols::default(),
+            };
+            // SAFETY: zeInit has no preconditions; it is the first call.
+            match unsafe { ze.zeInit(INIT_GPU_ONLY) } {
+                Ok(()) => Start::Ready(ze),
+                Err(e) => Start::Absent(format!(
+                    "the Level Zero loader '{c}' found no usable GPU driver ({}): {}",
+                    e.message(),
+                    ze.no_driver_reason()
+                )),
+            }
+        };
+        // SAFETY: the Level Zero loader's own library names, and the file its variable names
+        // (the user's, trusted as the dynamic loader's search path is).
+        unsafe {
+            dylib::open_driver(
+                ENV_LOADER,
+                &names,
+                "the Level Zero loader",
+                "install it (Debian: apt install libze1) and a GPU driver (Intel's compute runtime)",
+                start,
+            )
+        }
     }
 
     /// The library's path (as it was opened).
