@@ -55,7 +55,7 @@ pub fn check_native(image: &[u8], kind: &ImageKind) -> Result<()> {
                 .into(),
         ));
     }
-    let elf = ElfImage::parse(image, &requirements())?;
+    let elf = ElfImage::parse_as(image, kind, &requirements())?;
     // ROCr's loader maps and relocates a code object much as glibc's does a shared object.
     offload_core::image::elf_dyn::validate(image)?;
     target::code_object_target(info, image.get(8).copied().unwrap_or(0))?;

@@ -46,7 +46,7 @@ fn requirements() -> ElfRequirements<'static> {
 pub fn check_native(image: &[u8], kind: &ImageKind) -> Result<()> {
     match kind {
         ImageKind::Elf(_) => {
-            ElfImage::parse(image, &requirements())?;
+            ElfImage::parse_as(image, kind, &requirements())?;
             sm::cubin_sm(image).map(|_| ())
         }
         ImageKind::Ptx => sm::ptx_target(image).map(|_| ()),
