@@ -81,8 +81,8 @@ struct InFlight {
 }
 
 impl InFlight {
-    /// Drains the stream, then drops the keep-alives and counts the jobs as done (a drain's
-    /// failure fails the queue).
+    /// Drains the stream, then drops the keep-alives (or, if the drain did not settle, hands
+    /// them to the quarantine) and counts the jobs as done (a drain's failure fails the queue).
     fn settle(&mut self, state: &Shared, name: &str) {
         if self.jobs == 0 && self.keep.is_empty() {
             return;
@@ -110,9 +110,7 @@ impl InFlight {
         }
         finish(state, std::mem::take(&mut self.jobs), outcome);
     }
-}
 
-impl InFlight {
     /// Hands what the enqueued jobs use to the quarantine (never released) and counts them
     /// as done with `why`.
     fn quarantine(&mut self, state: &Shared, why: &Error) {
