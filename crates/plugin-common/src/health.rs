@@ -9,7 +9,8 @@
 //! addresses are never handed out again, so no later allocation can be written by the work
 //! that may still run. The device is then failed for good: every later operation is an error
 //! that names the unsettled one, since nothing it runs could be trusted to be ordered after
-//! that work.
+//! that work, and it frees nothing more (its allocations are left as they are: a driver's free
+//! may wait for the work that did not settle).
 
 use crate::memory::{Hold, QueuedMark};
 use offload_core::{Error, Result};
