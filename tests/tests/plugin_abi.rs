@@ -627,3 +627,41 @@ fn header_checks_read_nothing_past_a_bad_field() {
     let e = unsafe { check_table(std::ptr::null(), "fake.so".as_ref()) }.unwrap_err();
     assert!(matches!(e, Error::PluginLoad(_)), "{e}");
 }
+
+/// A hook that panics on a device whose work outlives the call (a GPU's: testdev's `gpu-like`
+/// mode) may leave that work running: the operation's memory is quarantined and the device
+/// failed for good, as for an unsettled failure. On the host-like device (the default) a panic
+/// fails only that call. Sets `OFFLOAD_TESTDEV_MODE` in this process (a process per test).
+#[test]
+fn a_hook_that_panics_on_a_gpu_like_device_fails_it_for_good() {
+    let image = synthetic_elf(TESTDEV_MACHINE, &["fill", "panic"]);
+    let panic_once = |rt: &Runtime| {
+        let d = rt.device("testdev", 0).unwrap();
+        let program = offload_tests::load(&d, &image).unwrap();
+        let panic = program.kernel("panic").unwrap();
+        let buf = d.alloc_buffer(64).unwrap();
+        // SAFETY: the kernel panics before it touches anything (what the test checks).
+        let e = unsafe {
+            offload::raw::launch(
+                &program,
+                None,
+                &panic,
+                &LaunchDims::linear(1, 1),
+                &[KernelArg::Ptr(buf.ptr())],
+            )
+        }
+        .unwrap_err();
+        assert!(matches!(e, Error::PluginPanic(_)), "{e:?}");
+        drop(buf);
+        d.alloc_buffer(64).map(drop)
+    };
+    panic_once(&both_runtime()).unwrap();
+    // SAFETY: no other thread of this test process reads the environment now.
+    unsafe { std::env::set_var("OFFLOAD_TESTDEV_MODE", "gpu-like") };
+    let rt = Runtime::with_plugin_dirs(&[testdev_plugin_dir()], None);
+    let e = panic_once(&rt).unwrap_err().to_string();
+    assert!(
+        e.contains("failed for good") && e.contains("a backend hook panicked"),
+        "{e}"
+    );
+}

@@ -190,15 +190,18 @@ impl<D: DeviceBackend> Device<D> {
                 // device meanwhile.
                 hold.wait_queued();
                 self.health.check(&self.name)?;
-                let guards = if self.backend.locks_regions() {
-                    hold.lock()
-                } else {
-                    Vec::new()
-                };
+                if self.backend.locks_regions() {
+                    let guards = hold.lock();
+                    let result = op(&self.backend, None);
+                    drop(guards);
+                    // Released when settled; quarantined when not (health.rs).
+                    return self.health.end(result, hold);
+                }
+                // A device whose work outlives the call: a hook that panics may leave it
+                // running, so the hold is quarantined then, not dropped by the unwinding.
+                let hold = health::PanicQuarantine::new(&self.health, hold);
                 let result = op(&self.backend, None);
-                drop(guards);
-                // Released when settled; quarantined when not (health.rs).
-                self.health.end(result, hold)
+                hold.end(result)
             }
             Some(q) => {
                 let entry = self.queues.get(q.0)?;
@@ -218,18 +221,23 @@ impl<D: DeviceBackend> Device<D> {
                 }
                 entry.queue.submit(
                     Box::new(move |_| {
+                        if backend.locks_regions() {
+                            let result = health.check(&name).and_then(|()| {
+                                backend.enter()?;
+                                let guards = hold.lock();
+                                let result = op(&backend, Some(&stream));
+                                drop(guards);
+                                result
+                            });
+                            return health.end(result, (hold, mark));
+                        }
+                        // As for a synchronous operation: a panic quarantines the hold.
+                        let held = health::PanicQuarantine::new(&health, (hold, mark));
                         let result = health.check(&name).and_then(|()| {
                             backend.enter()?;
-                            let guards = if backend.locks_regions() {
-                                hold.lock()
-                            } else {
-                                Vec::new()
-                            };
-                            let result = op(&backend, Some(&stream));
-                            drop(guards);
-                            result
+                            op(&backend, Some(&stream))
                         });
-                        health.end(result, (hold, mark))
+                        held.end(result)
                     }),
                     false,
                 )

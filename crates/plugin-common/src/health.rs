@@ -92,3 +92,53 @@ impl Drop for Health {
         std::mem::forget(kept);
     }
 }
+
+/// What an operation on a device whose work outlives the call (a GPU's) holds while a hook
+/// runs: released or quarantined by [`PanicQuarantine::end`] as [`Health::end`] says, and
+/// quarantined if the hook panics instead (the unwinding drops it), since the work the hook had
+/// started may still run.
+pub struct PanicQuarantine<'h, H: Any + Send> {
+    health: &'h Health,
+    held: Option<H>,
+}
+
+impl<H: Any + Send> std::fmt::Debug for PanicQuarantine<'_, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PanicQuarantine")
+            .field("held", &self.held.is_some())
+            .finish()
+    }
+}
+
+impl<'h, H: Any + Send> PanicQuarantine<'h, H> {
+    /// Holds `held` for an operation of the device `health` watches.
+    pub fn new(health: &'h Health, held: H) -> Self {
+        PanicQuarantine {
+            health,
+            held: Some(held),
+        }
+    }
+
+    /// The operation returned `result`: see [`Health::end`].
+    pub fn end<T>(mut self, result: Result<T>) -> Result<T> {
+        match self.held.take() {
+            Some(held) => self.health.end(result, held),
+            None => result,
+        }
+    }
+}
+
+impl<H: Any + Send> Drop for PanicQuarantine<'_, H> {
+    fn drop(&mut self) {
+        // Only reached without `end`: a hook panicked.
+        if let Some(held) = self.held.take() {
+            let why = Error::PluginPanic(
+                "a backend hook panicked during an operation on a device whose work outlives \
+                 the call"
+                    .into(),
+            )
+            .unsettled();
+            self.health.quarantine(vec![Box::new(held)], &why);
+        }
+    }
+}

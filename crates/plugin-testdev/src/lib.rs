@@ -14,8 +14,9 @@
 //! past them faults), `abi-1.3` (a whole table that says 1.3, which has no word arguments), `null-entry` (entry returns null), `null-launch` and `null-jit-stats`
 //! (a required entry is null), `panic-entry` (the constructor panics), `init-error` (init
 //! fails), `huge-init-error` (init fails with a 100 KiB message), `no-devices` (init reports 0), `many-devices` (init reports 2^32 - 1),
-//! `odd-strings` (device names with a newline and a terminal escape). `OFFLOAD_TESTDEV_DEVICES`
-//! sets the device count (default 2).
+//! `odd-strings` (device names with a newline and a terminal escape), `gpu-like` (the devices
+//! say their work outlives the call, as a GPU's does: `locks_regions` is false).
+//! `OFFLOAD_TESTDEV_DEVICES` sets the device count (default 2).
 
 use offload_abi::{AbiHeader, PluginTable, TABLE_SIZE_1_0, TABLE_SIZE_1_1, TABLE_SIZE_1_3};
 use offload_core::image::{ElfRequirements, ImageKind, elf_type};
@@ -187,6 +188,9 @@ impl DeviceBackend for TestDevice {
     }
     fn stream_create(&self) -> Result<()> {
         Ok(())
+    }
+    fn locks_regions(&self) -> bool {
+        mode() != "gpu-like"
     }
     fn execute(&self, op: Op<'_, Self>, _stream: Option<&()>) -> Result<()> {
         match op {
