@@ -13,6 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What environment variable `variable` ("add_k:700") sets for kernel `name`: the text after
+ * "name:", or NULL when it is unset or names another kernel. */
+static inline const char *kernel_setting(const char *variable, const char *name) {
+  const char *e = getenv(variable);
+  size_t n = strlen(name);
+  if (e && !strncmp(e, name, n) && e[n] == ':')
+    return e + n + 1;
+  return NULL;
+}
+
 static pthread_mutex_t fake_log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Appends one line (or more) to the log file FAKE_LOG_VARIABLE names, whole, from any thread;

@@ -484,11 +484,8 @@ CUresult cuStreamCreate(void **out, unsigned flags) {
 static _Atomic int give_up_next_sync;
 
 static int sync_give_up_status(const char *name) {
-  const char *e = getenv("FAKE_CUDA_SYNC_GIVES_UP");
-  size_t n = strlen(name);
-  if (e && !strncmp(e, name, n) && e[n] == ':')
-    return atoi(e + n + 1);
-  return 0;
+  const char *v = kernel_setting("FAKE_CUDA_SYNC_GIVES_UP", name);
+  return v ? atoi(v) : 0;
 }
 
 CUresult cuStreamSynchronize(void *handle) {
@@ -567,11 +564,8 @@ static void kernel_limits(struct function *f) {
 /* FAKE_CUDA_FAULT="name:status": launches of kernel `name` fail with `status`; a sticky one
  * (700) is reported by the calls after the launch, as a kernel's fault is, and stays. */
 static int injected_fault(const char *name) {
-  const char *e = getenv("FAKE_CUDA_FAULT");
-  size_t n = strlen(name);
-  if (e && !strncmp(e, name, n) && e[n] == ':')
-    return atoi(e + n + 1);
-  return 0;
+  const char *v = kernel_setting("FAKE_CUDA_FAULT", name);
+  return v ? atoi(v) : 0;
 }
 
 static size_t image_length(const unsigned char *p, int *ptx) {

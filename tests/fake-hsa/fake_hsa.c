@@ -528,11 +528,8 @@ static void memory_fault(uint64_t address) {
 /* FAKE_HSA_FAULT="name:memory" (a memory fault) or "name:queue" (a queue error, as a trap
  * raises): what a dispatch of kernel `name` does. */
 static const char *injected_fault(const char *name) {
-  const char *e = getenv("FAKE_HSA_FAULT");
-  size_t n = strlen(name);
-  if (e && !strncmp(e, name, n) && e[n] == ':')
-    return e + n + 1;
-  return "";
+  const char *v = kernel_setting("FAKE_HSA_FAULT", name);
+  return v ? v : "";
 }
 
 static void queue_error(struct queue *q, hsa_status_t status) {

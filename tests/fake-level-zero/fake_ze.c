@@ -687,11 +687,8 @@ static ze_result_t ZE_APICALL f_event_destroy(ze_event_handle_t e) {
 static _Atomic int give_up_next_sync;
 
 static int sync_give_up_status(const char *name) {
-  const char *e = getenv("FAKE_ZE_SYNC_GIVES_UP");
-  size_t n = strlen(name);
-  if (e && !strncmp(e, name, n) && e[n] == ':')
-    return (int)strtol(e + n + 1, 0, 0);
-  return 0;
+  const char *v = kernel_setting("FAKE_ZE_SYNC_GIVES_UP", name);
+  return v ? (int)strtol(v, 0, 0) : 0;
 }
 
 static ze_result_t ZE_APICALL f_event_sync(ze_event_handle_t eh, uint64_t timeout) {
