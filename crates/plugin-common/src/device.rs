@@ -190,17 +190,18 @@ impl<D: DeviceBackend> Device<D> {
                 // device meanwhile.
                 hold.wait_queued();
                 self.health.check(&self.name)?;
-                if self.backend.locks_regions() {
-                    let guards = hold.lock();
-                    let result = op(&self.backend, None);
-                    drop(guards);
-                    // Released when settled; quarantined when not (health.rs).
-                    return self.health.end(result, hold);
-                }
-                // A device whose work outlives the call: a hook that panics may leave it
-                // running, so the hold is quarantined then, not dropped by the unwinding.
-                let hold = health::PanicQuarantine::new(&self.health, hold);
+                let locks = self.backend.locks_regions();
+                // Released when settled; quarantined when not (health.rs), and, on a device
+                // whose work outlives the call (one that does not lock regions), when a hook
+                // panics.
+                let hold = health::PanicQuarantine::new(&self.health, hold, !locks);
+                let guards = if locks {
+                    hold.held().lock()
+                } else {
+                    Vec::new()
+                };
                 let result = op(&self.backend, None);
+                drop(guards);
                 hold.end(result)
             }
             Some(q) => {
@@ -221,21 +222,19 @@ impl<D: DeviceBackend> Device<D> {
                 }
                 entry.queue.submit(
                     Box::new(move |_| {
-                        if backend.locks_regions() {
-                            let result = health.check(&name).and_then(|()| {
-                                backend.enter()?;
-                                let guards = hold.lock();
-                                let result = op(&backend, Some(&stream));
-                                drop(guards);
-                                result
-                            });
-                            return health.end(result, (hold, mark));
-                        }
-                        // As for a synchronous operation: a panic quarantines the hold.
-                        let held = health::PanicQuarantine::new(&health, (hold, mark));
+                        // As for a synchronous operation.
+                        let locks = backend.locks_regions();
+                        let held = health::PanicQuarantine::new(&health, (hold, mark), !locks);
                         let result = health.check(&name).and_then(|()| {
                             backend.enter()?;
-                            op(&backend, Some(&stream))
+                            let guards = if locks {
+                                held.held().0.lock()
+                            } else {
+                                Vec::new()
+                            };
+                            let result = op(&backend, Some(&stream));
+                            drop(guards);
+                            result
                         });
                         held.end(result)
                     }),

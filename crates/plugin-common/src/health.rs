@@ -93,30 +93,38 @@ impl Drop for Health {
     }
 }
 
-/// What an operation on a device whose work outlives the call (a GPU's) holds while a hook
-/// runs: released or quarantined by [`PanicQuarantine::end`] as [`Health::end`] says, and
-/// quarantined if the hook panics instead (the unwinding drops it), since the work the hook had
-/// started may still run.
+/// What an operation holds while a hook runs: released or quarantined by
+/// [`PanicQuarantine::end`] as [`Health::end`] says. If the hook panics instead (the unwinding
+/// drops it), it is quarantined on a device whose work outlives the call (a GPU's: the work the
+/// hook had started may still run), and released on one whose work does not (the host's).
 pub struct PanicQuarantine<'h, H: Any + Send> {
     health: &'h Health,
     held: Option<H>,
+    quarantine_on_panic: bool,
 }
 
 impl<H: Any + Send> std::fmt::Debug for PanicQuarantine<'_, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PanicQuarantine")
             .field("held", &self.held.is_some())
+            .field("quarantine_on_panic", &self.quarantine_on_panic)
             .finish()
     }
 }
 
 impl<'h, H: Any + Send> PanicQuarantine<'h, H> {
     /// Holds `held` for an operation of the device `health` watches.
-    pub fn new(health: &'h Health, held: H) -> Self {
+    pub fn new(health: &'h Health, held: H, quarantine_on_panic: bool) -> Self {
         PanicQuarantine {
             health,
             held: Some(held),
+            quarantine_on_panic,
         }
+    }
+
+    /// What it holds.
+    pub fn held(&self) -> &H {
+        self.held.as_ref().expect("held until the operation ends")
     }
 
     /// The operation returned `result`: see [`Health::end`].
@@ -131,7 +139,9 @@ impl<'h, H: Any + Send> PanicQuarantine<'h, H> {
 impl<H: Any + Send> Drop for PanicQuarantine<'_, H> {
     fn drop(&mut self) {
         // Only reached without `end`: a hook panicked.
-        if let Some(held) = self.held.take() {
+        if let Some(held) = self.held.take()
+            && self.quarantine_on_panic
+        {
             let why = Error::PluginPanic(
                 "a backend hook panicked during an operation on a device whose work outlives \
                  the call"
