@@ -920,7 +920,7 @@ pub fn omptarget_dir() -> PathBuf {
 
 /// What a failing launch came to ([`fail_a_launch`]).
 #[derive(Debug)]
-pub struct QueuedFailure {
+pub struct LaunchFailure {
     /// The device address of the buffer the launch wrote, which the program drops just after.
     pub buffer: u64,
     /// What the queue's synchronize returned.
@@ -939,7 +939,7 @@ pub fn fail_a_launch(
     program: &offload::Program,
     add: &offload::Kernel,
     queued: bool,
-) -> QueuedFailure {
+) -> LaunchFailure {
     use offload::{KernelArg, LaunchDims};
     let n = 256usize;
     let x = device.upload(&vec![1u32; n]).unwrap();
@@ -965,7 +965,7 @@ pub fn fail_a_launch(
     drop(x);
     drop(queue);
     let alloc_after = device.alloc::<u32>(n).map(drop);
-    QueuedFailure {
+    LaunchFailure {
         buffer,
         error,
         alloc_after,
@@ -981,10 +981,10 @@ pub fn frees_of(lines: &[String], at: u64) -> usize {
         .count()
 }
 
-/// The checks of a [`QueuedFailure`]: an unsettled failure leaves the buffer unfreed for good
+/// The checks of a [`LaunchFailure`]: an unsettled failure leaves the buffer unfreed for good
 /// and the device failed, naming why; a settled one frees it once. No work ran on freed
 /// memory either way.
-pub fn assert_queued_failure(f: &QueuedFailure, unsettled: bool, lines: &[String]) {
+pub fn assert_launch_failure(f: &LaunchFailure, unsettled: bool, lines: &[String]) {
     assert_eq!(f.error.is_unsettled(), unsettled, "{:?}", f.error);
     let hits: Vec<&String> = lines
         .iter()

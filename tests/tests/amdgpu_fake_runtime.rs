@@ -1119,7 +1119,7 @@ fn the_gpu_check_runs_end_to_end_against_the_fake_runtime() {
 
 /// An add_k launch, queued or not, on the fake runtime that `env` makes fail ([`fail_a_launch`]),
 /// and the runtime's log.
-fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (QueuedFailure, Vec<String>) {
+fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (LaunchFailure, Vec<String>) {
     let log = log_file(tag);
     let rt = in_process(&log, &[env]);
     let device = rt.device("amdgpu", 0).unwrap();
@@ -1141,7 +1141,7 @@ fn a_memory_fault_under_a_dispatch_quarantines_the_memory_of_its_work_and_fails_
         lines.iter().any(|l| l == "memory-fault 0xdead0000 handled"),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, true, &lines);
+    assert_launch_failure(&failure, true, &lines);
 }
 
 #[test]
@@ -1153,7 +1153,7 @@ fn a_queue_error_is_settled_and_the_memory_of_its_work_is_freed() {
         lines.iter().any(|l| l.starts_with("queue-error")),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, false, &lines);
+    assert_launch_failure(&failure, false, &lines);
     assert!(failure.alloc_after.is_ok(), "{:?}", failure.alloc_after);
 }
 
@@ -1168,5 +1168,5 @@ fn a_memory_fault_under_a_synchronous_dispatch_quarantines_its_memory_too() {
         lines.iter().any(|l| l == "memory-fault 0xdead0000 handled"),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, true, &lines);
+    assert_launch_failure(&failure, true, &lines);
 }

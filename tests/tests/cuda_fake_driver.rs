@@ -1140,7 +1140,7 @@ fn pointers_from_outside_the_plugin_reach_the_driver() {
 
 /// An add_k launch, queued or not, on the fake driver that `env` makes fail ([`fail_a_launch`]),
 /// and the driver's log.
-fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (QueuedFailure, Vec<String>) {
+fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (LaunchFailure, Vec<String>) {
     let log = log_file(tag);
     let rt = in_process(&log, &[env, ("FAKE_CUDA_DELAY_US", "20000")]);
     let device = rt.device("cuda", 0).unwrap();
@@ -1170,7 +1170,7 @@ fn a_synchronize_that_gives_up_quarantines_the_memory_of_the_work_and_fails_the_
         lines.iter().any(|l| l == "stream-synchronize-gives-up 46"),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, true, &lines);
+    assert_launch_failure(&failure, true, &lines);
 }
 
 #[test]
@@ -1183,7 +1183,7 @@ fn a_launch_the_driver_refuses_is_settled_and_the_memory_of_its_work_is_freed() 
         lines.iter().any(|l| l == "launch-refused add_k status=701"),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, false, &lines);
+    assert_launch_failure(&failure, false, &lines);
     assert!(failure.alloc_after.is_ok(), "{:?}", failure.alloc_after);
 }
 
@@ -1198,5 +1198,5 @@ fn a_synchronous_launch_whose_wait_gives_up_quarantines_its_memory_too() {
         lines.iter().any(|l| l == "stream-synchronize-gives-up 46"),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, true, &lines);
+    assert_launch_failure(&failure, true, &lines);
 }

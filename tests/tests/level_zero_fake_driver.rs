@@ -788,7 +788,7 @@ fn the_gpus_of_one_driver_share_its_context() {
 
 /// An add_k launch, queued or not, on the fake driver that `env` makes fail ([`fail_a_launch`]),
 /// and the driver's log.
-fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (QueuedFailure, Vec<String>) {
+fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (LaunchFailure, Vec<String>) {
     let log = log_file(tag);
     let rt = in_process(&log, &[env, ("FAKE_ZE_DELAY_US", "20000")]);
     let device = rt.device("level-zero", 0).unwrap();
@@ -812,14 +812,14 @@ fn a_wait_that_gives_up_quarantines_the_memory_of_the_work_and_fails_the_device(
         lines.iter().any(|l| l == "event-sync-gives-up 0x7ffffffe"),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, true, &lines);
+    assert_launch_failure(&failure, true, &lines);
 }
 
 #[test]
 fn a_lost_device_is_settled_and_the_memory_of_its_work_is_freed() {
     let (failure, lines) = add_k_failure("lost-settled", ("FAKE_ZE_FAULT", "add_k"), true);
     assert!(lines.iter().any(|l| l == "device-lost add_k"), "{lines:#?}");
-    assert_queued_failure(&failure, false, &lines);
+    assert_launch_failure(&failure, false, &lines);
 }
 
 #[test]
@@ -833,5 +833,5 @@ fn a_synchronous_launch_whose_wait_gives_up_quarantines_its_memory_too() {
         lines.iter().any(|l| l == "event-sync-gives-up 0x7ffffffe"),
         "{lines:#?}"
     );
-    assert_queued_failure(&failure, true, &lines);
+    assert_launch_failure(&failure, true, &lines);
 }

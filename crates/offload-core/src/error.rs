@@ -213,6 +213,16 @@ impl Error {
         }
     }
 
+    /// The failure of a wait for a device's work: settled only if it is a
+    /// [`Error::DeviceFailure`] (the driver reports the device's work lost, so nothing of it
+    /// runs on), else [`Error::unsettled`] (nothing says the work ended).
+    pub fn of_a_wait(self) -> Self {
+        match self {
+            Error::DeviceFailure(_) => self,
+            e => e.unsettled(),
+        }
+    }
+
     /// Whether the failure is [`Error::Unsettled`].
     pub fn is_unsettled(&self) -> bool {
         matches!(self, Error::Unsettled(_))

@@ -330,10 +330,7 @@ impl CudaDevice {
     /// [`Error::Unsettled`] and the layer keeps what the work uses (the layer's `health`).
     fn sync(&self, stream: CUstream) -> Result<()> {
         // SAFETY: a stream of this context (or the default stream).
-        unsafe { self.driver.cuStreamSynchronize(stream) }.map_err(|e| match e {
-            Error::DeviceFailure(_) => e,
-            e => e.unsettled(),
-        })
+        unsafe { self.driver.cuStreamSynchronize(stream) }.map_err(Error::of_a_wait)
     }
 }
 

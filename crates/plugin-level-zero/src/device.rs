@@ -140,10 +140,7 @@ impl Stream {
             *unfenced = false;
             self.ze.zeEventHostSynchronize(self.event, ze::FOREVER)
         }
-        .map_err(|e| match e {
-            Error::DeviceFailure(_) => e,
-            e => e.unsettled(),
-        })
+        .map_err(Error::of_a_wait)
     }
 }
 
