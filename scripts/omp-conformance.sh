@@ -99,6 +99,11 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq "${need[@]}" >/dev/null || exit 2
 fi
 
+# One fetch at a time: runs that start together on a fresh machine (two test processes) wait
+# for the first to fetch, then find the suite there.
+mkdir -p "$(dirname "$suite")"
+exec 9>"$suite.lock"
+flock 9
 if [ ! -f "$suite/offload/test/lit.cfg" ]; then
   if ! apt-get source --print-uris llvm-toolchain-19 >/dev/null 2>&1; then
     echo "omp-conformance: adding a deb-src line for Debian bookworm main (apt source packages)"
@@ -120,6 +125,8 @@ EOF
   echo "${tarball##*/}" > "$suite.tmp/SOURCE"
   rm -rf "$dl" "$suite" && mv "$suite.tmp" "$suite"
 fi
+flock -u 9
+exec 9>&-
 fi
 src=$suite/offload/test
 
