@@ -224,7 +224,7 @@ fn offload_run(rt: &offload::Runtime, image: &Path, c: &Case) -> (Timing, Vec<u8
     for r in 0..c.reps + 2 {
         let t = Instant::now();
         // SAFETY: the buffers are as long as the kernel touches for these arguments.
-        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }.unwrap();
+        unsafe { kernel.launch(dims).args_raw(&args).unchecked().run() }.unwrap();
         let dt = t.elapsed().as_secs_f64() * 1e3;
         if r == 0 && out_index != usize::MAX {
             result = vec![0; inputs[out_index].len()];

@@ -11,9 +11,9 @@
 //! of one kernel are timed batch by batch in turn, so all see the same machine; each round
 //! keeps each variant's best batch, and the differences are taken within a round. Prints the
 //! median over the rounds and their range. Diagnostics are off (no `OFFLOAD_INFO`,
-//! `OFFLOAD_DEBUG`, `OFFLOAD_PROFILE`): `Program::launch` (which checks for a diagnostics
-//! subscriber) against the device API (which does not) shows what diagnostics that are off
-//! cost.
+//! `OFFLOAD_DEBUG`, `OFFLOAD_PROFILE`): the unchecked builder with raw arguments (which checks
+//! for a diagnostics subscriber) against the device API (which does not) shows what the
+//! builder and diagnostics that are off cost.
 
 use offload::{KernelArg, LaunchDims};
 use offload_tests::*;
@@ -94,7 +94,7 @@ fn main() {
             &mut [
                 &mut || {
                     // SAFETY: `empty` takes no argument and touches no memory.
-                    unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }.unwrap()
+                    unsafe { kernel.launch(dims).args_raw(&args).unchecked().run() }.unwrap()
                 },
                 // SAFETY: as above.
                 &mut || unsafe { raw.launch(kernel.handle(), &dims, &args, None) }.unwrap(),
@@ -127,7 +127,8 @@ fn main() {
                             .arg(0.0f32)
                             .arg(&x)
                             .arg(&mut y2)
-                            .run_unchecked()
+                            .unchecked()
+                            .run()
                     }
                     .unwrap()
                 },
@@ -152,16 +153,16 @@ fn main() {
         let (lo, mid, hi) = spread(v);
         println!("  {name:<34} {mid:8.1} ns ({lo:.1} .. {hi:.1})");
     };
-    show("Program::launch (empty)", &m[0]);
+    show("unchecked builder (empty, raw)", &m[0]);
     show("device API launch (empty)", &m[1]);
     show("checked builder run (empty)", &m[2]);
     show("device API launch (saxpy, 4 args)", &m[3]);
     show("checked builder run (saxpy)", &m[4]);
-    show("builder run_unchecked (saxpy)", &m[5]);
+    show("unchecked builder (saxpy)", &m[5]);
     let (lo, mid, hi) = spread(&m[0]);
     println!(
         "  {:<34} {:8.1}x ({:.1} .. {:.1})",
-        "ratio Program::launch/direct",
+        "ratio unchecked builder/direct",
         mid / direct_ns,
         lo / direct_ns,
         hi / direct_ns
@@ -171,7 +172,7 @@ fn main() {
         let (lo, mid, hi) = spread(&v);
         println!("  {name:<34} {mid:+8.1} ns ({lo:+.1} .. {hi:+.1})");
     };
-    d("diagnostics off (launch - API)", diff(&m[0], &m[1]));
+    d("unchecked builder - API (empty)", diff(&m[0], &m[1]));
     d("builder - device API (empty)", diff(&m[2], &m[1]));
     d("builder - device API (saxpy)", diff(&m[4], &m[3]));
     d("unchecked - device API (saxpy)", diff(&m[5], &m[3]));

@@ -265,7 +265,7 @@ fn two_threads_dynamic_shared(gpu: &offload::Device, cubin: &[u8]) -> Result<Str
         let threads: Vec<_> = [64u32 << 10, 100 << 10]
             .into_iter()
             .map(|bytes| {
-                let (program, kernel, x, input) = (&program, &kernel, &x, &input);
+                let (kernel, x, input) = (&kernel, &x, &input);
                 s.spawn(move || -> Result<(), String> {
                     let out = gpu.alloc::<u32>(n).map_err(|e| e.to_string())?;
                     let dims = LaunchDims {
@@ -281,7 +281,7 @@ fn two_threads_dynamic_shared(gpu: &offload::Device, cubin: &[u8]) -> Result<Str
                     for r in 0..rounds {
                         out.fill(0).map_err(|e| e.to_string())?;
                         // SAFETY: both buffers hold blocks * per_block words, all the kernel touches.
-                        unsafe { offload::raw::launch(program, None, kernel, &dims, &args) }
+                        unsafe { kernel.launch(dims).args_raw(&args).unchecked().run() }
                             .map_err(|e| format!("{} KiB, launch {r}: {e}", bytes >> 10))?;
                         let got = out.to_vec().map_err(|e| e.to_string())?;
                         if dry_run() {
@@ -546,7 +546,7 @@ pub fn offload_launch_us(
     let dims = LaunchDims::linear(1, 1);
     let sync = per_call_us(n, || {
         // SAFETY: the buffers are as long as the kernel touches for these arguments.
-        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &[]) }.unwrap()
+        unsafe { kernel.launch(dims).unchecked().run() }.unwrap()
     });
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
     let raw = unsafe { offload::raw::device(&gpu) };

@@ -366,7 +366,7 @@ pub fn run_case(
         }
     }
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
-    unsafe { offload::raw::launch(&program, None, &kernel, &case.dims, &args) }
+    unsafe { kernel.launch(case.dims).args_raw(&args).unchecked().run() }
         .map_err(|e| e.to_string())?;
     buffers
         .iter()
@@ -596,7 +596,8 @@ pub fn run_extras(report: &mut Report, device: &offload::Device, x: &Extras<'_>)
                 .arg(n as i32)
                 .arg(2u32)
                 .arg(&mut x)
-                .run_on(&q)
+                .on(&q)
+                .run()
                 .map_err(|e| e.to_string())?;
         }
         let after = q.record().map_err(|e| e.to_string())?;

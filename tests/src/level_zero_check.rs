@@ -83,17 +83,14 @@ fn reverse_check(gpu: &offload::Device, image: &[u8]) -> Result<String, String> 
     let out = gpu.alloc::<u32>(groups * l).map_err(|e| e.to_string())?;
     // SAFETY: both buffers hold groups * l words, all the kernel touches.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::linear(groups as u32, l as u32),
-            &[
+        k.launch(LaunchDims::linear(groups as u32, l as u32))
+            .args_raw(&[
                 KernelArg::Ptr(inb.ptr()),
                 KernelArg::Ptr(out.ptr()),
                 KernelArg::U32((l * 4) as u32),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .map_err(|e| e.to_string())?;
     let got = out.to_vec().map_err(|e| e.to_string())?;

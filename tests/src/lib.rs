@@ -299,13 +299,10 @@ pub fn run_which(device: &offload::Device, out: &offload::DeviceBuffer, image: &
     let k = program.kernel("which").unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::linear(2, 32),
-            &[KernelArg::Ptr(out.ptr())],
-        )
+        k.launch(LaunchDims::linear(2, 32))
+            .args_raw(&[KernelArg::Ptr(out.ptr())])
+            .unchecked()
+            .run()
     }
     .unwrap();
     let mut raw = vec![0u8; 256];
@@ -586,7 +583,8 @@ pub fn check_random_queued_work(device: &offload::Device, add: &offload::Kernel,
                                         .arg(len as i32)
                                         .arg(k)
                                         .arg(view)
-                                        .run_unchecked()
+                                        .unchecked()
+                                        .run()
                                 }
                                 .unwrap();
                                 for v in &mut model[b][lo..lo + len] {
@@ -604,11 +602,11 @@ pub fn check_random_queued_work(device: &offload::Device, add: &offload::Kernel,
                                     add.launch(LaunchDims::for_elems(len as u64, 64).unwrap());
                                 launch.arg(len as i32).arg(k).arg(view);
                                 if add.params().is_some() {
-                                    launch.run_on(q).unwrap();
+                                    launch.on(q).run().unwrap();
                                 } else {
                                     // An image without an OFFLOAD_PARAMS record (hand-written
                                     // SPIR-V). SAFETY: as for the synchronous launch above.
-                                    unsafe { launch.run_unchecked_on(q) }.unwrap();
+                                    unsafe { launch.unchecked().on(q).run() }.unwrap();
                                 }
                                 for v in &mut model[b][lo..lo + len] {
                                     *v = v.wrapping_add(k);
@@ -936,7 +934,6 @@ pub struct LaunchFailure {
 /// buffer was freed.
 pub fn fail_a_launch(
     device: &offload::Device,
-    program: &offload::Program,
     add: &offload::Kernel,
     queued: bool,
 ) -> LaunchFailure {
@@ -945,18 +942,14 @@ pub fn fail_a_launch(
     let x = device.upload(&vec![1u32; n]).unwrap();
     let queue = device.queue().unwrap();
     let args = [KernelArg::I32(n as i32), KernelArg::U32(2), x.arg()];
+    let mut launch = add.launch(LaunchDims::linear(1, n as u32));
+    if queued {
+        launch.on(&queue);
+    }
     // SAFETY: `x` holds the `n` elements add_k writes; the program drops it only after the
     // queue's synchronize has returned, and the layer keeps it while work that may use it
     // runs (which is what the callers check).
-    let launched = unsafe {
-        offload::raw::launch(
-            program,
-            queued.then_some(&queue),
-            add,
-            &LaunchDims::linear(1, n as u32),
-            &args,
-        )
-    };
+    let launched = unsafe { launch.args_raw(&args).unchecked() }.run();
     let error = match launched.and_then(|()| queue.synchronize()) {
         Ok(()) => panic!("the fake driver was set to fail the launch of add_k (queued: {queued})"),
         Err(e) => e,

@@ -739,34 +739,28 @@ fn kernels_with_a_dynamic_stack_get_scratch_for_it() {
     let k = program.kernel("rec").unwrap();
     // SAFETY: `out` holds the 64 words the kernel writes.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &offload::LaunchDims::linear(1, 64),
-            &[
+        k.launch(offload::LaunchDims::linear(1, 64))
+            .args_raw(&[
                 offload::KernelArg::Ptr(out.ptr()),
                 offload::KernelArg::I32(64),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .unwrap();
     let program = offload_tests::load(&device, &saxpy).unwrap();
     let k = program.kernel("saxpy").unwrap();
     // SAFETY: n = 0: the kernel touches nothing.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &offload::LaunchDims::linear(1, 64),
-            &[
+        k.launch(offload::LaunchDims::linear(1, 64))
+            .args_raw(&[
                 offload::KernelArg::I32(0),
                 offload::KernelArg::F32(1.0),
                 offload::KernelArg::Ptr(out.ptr()),
                 offload::KernelArg::Ptr(out.ptr()),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .unwrap();
     let lines = log_lines(&log);
@@ -1126,7 +1120,7 @@ fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (LaunchFailure, 
     let image = amdgcn_jit(&amdgcn_bitcode("add_k", "gfx90a"), "gfx90a", &[], tag);
     let program = offload_tests::load(&device, &image).unwrap();
     let add = program.kernel("add_k").unwrap();
-    let failure = fail_a_launch(&device, &program, &add, queued);
+    let failure = fail_a_launch(&device, &add, queued);
     drop((add, program, device, rt));
     (failure, log_lines(&log))
 }

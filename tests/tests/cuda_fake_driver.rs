@@ -739,7 +739,8 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
             .arg(n as i32)
             .arg(2u32)
             .arg(&mut x)
-            .run_on(&queue)
+            .on(&queue)
+            .run()
             .unwrap();
     }
     let after = queue.record().unwrap();
@@ -754,7 +755,8 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
         .arg(n as i32)
         .arg(7u32)
         .arg(&mut y)
-        .run_on(&queue)
+        .on(&queue)
+        .run()
         .unwrap();
     drop(y);
     queue.synchronize().unwrap();
@@ -1038,7 +1040,8 @@ fn after_a_non_sticky_failure_the_device_still_works() {
         let r = unsafe {
             k.launch(LaunchDims::linear(1, 32))
                 .arg(1i32)
-                .run_unchecked()
+                .unchecked()
+                .run()
         };
         assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
         let x = device.upload(&[1u32, 2, 3]).unwrap();
@@ -1120,13 +1123,10 @@ fn pointers_from_outside_the_plugin_reach_the_driver() {
     let foreign = 0x7f00_dead_0000u64;
     // SAFETY: `touch` does nothing with its pointer.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::linear(1, 32),
-            &[KernelArg::Ptr(offload::DevicePtr(foreign))],
-        )
+        k.launch(LaunchDims::linear(1, 32))
+            .args_raw(&[KernelArg::Ptr(offload::DevicePtr(foreign))])
+            .unchecked()
+            .run()
     }
     .unwrap();
     let lines = log_lines(&log);
@@ -1152,7 +1152,7 @@ fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (LaunchFailure, 
     );
     let program = offload_tests::load(&device, &image).unwrap();
     let add = program.kernel("add_k").unwrap();
-    let failure = fail_a_launch(&device, &program, &add, queued);
+    let failure = fail_a_launch(&device, &add, queued);
     drop((add, program, device, rt));
     (failure, log_lines(&log))
 }

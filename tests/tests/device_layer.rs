@@ -47,8 +47,7 @@ fn freeing_a_buffer_under_a_running_launch_waits_for_the_launch() {
         let (xp, yp) = (x.ptr(), y.ptr());
         std::thread::scope(|s| {
             // SAFETY: the buffers are as long as the kernel touches for these arguments.
-            let launcher =
-                s.spawn(|| unsafe { offload::raw::launch(&program, None, &k, &dims, &args) });
+            let launcher = s.spawn(|| unsafe { k.launch(dims).args_raw(&args).unchecked().run() });
             std::thread::sleep(std::time::Duration::from_millis(round % 4));
             drop(x);
             drop(y);
@@ -111,7 +110,7 @@ fn many_threads_launching_copying_and_freeing_at_random() {
     let iterations = 1000;
     std::thread::scope(|s| {
         for t in 0..threads {
-            let (device, program) = (device.clone(), program.clone());
+            let device = device.clone();
             s.spawn(move || {
                 // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
                 let raw = unsafe { offload::raw::device(&device) }.clone();
@@ -137,8 +136,7 @@ fn many_threads_launching_copying_and_freeing_at_random() {
                             x.write(&xb).unwrap();
                             y.write(&yb).unwrap();
                             // SAFETY: the buffers are as long as the kernel touches for these arguments.
-                            unsafe { offload::raw::launch(&program, None, k, &dims, &args) }
-                                .unwrap();
+                            unsafe { k.launch(dims).args_raw(&args).unchecked().run() }.unwrap();
                             y.read(&mut out).unwrap();
                         }
                         1 => {
@@ -289,25 +287,19 @@ fn a_pointer_one_past_the_end_of_an_allocation_is_an_argument_of_it() {
     let end = |past: u64| KernelArg::Ptr(offload::DevicePtr(b.ptr().0 + 400 + past));
     // SAFETY: the kernel writes begin[0..end - begin), inside the buffer.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::linear(1, 128),
-            &[b.arg(), end(0)],
-        )
+        k.launch(LaunchDims::linear(1, 128))
+            .args_raw(&[b.arg(), end(0)])
+            .unchecked()
+            .run()
     }
     .unwrap();
     assert_eq!(b.to_vec().unwrap(), vec![7u32; 100]);
     // SAFETY: refused before anything runs.
     let e = unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::linear(1, 128),
-            &[b.arg(), end(4)],
-        )
+        k.launch(LaunchDims::linear(1, 128))
+            .args_raw(&[b.arg(), end(4)])
+            .unchecked()
+            .run()
     }
     .unwrap_err()
     .to_string();

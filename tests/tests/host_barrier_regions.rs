@@ -351,17 +351,15 @@ fn run(
     };
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        offload::raw::launch(
-            program,
-            None,
-            &kernel,
-            &dims,
-            &[
+        kernel
+            .launch(dims)
+            .args_raw(&[
                 KernelArg::Ptr(inb.ptr()),
                 KernelArg::Ptr(outb.ptr()),
                 KernelArg::I32(n as i32),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut out = vec![0u8; items * 4];

@@ -137,7 +137,7 @@ fn launch(
         KernelArg::Ptr(out.ptr()),
     ];
     // SAFETY: `out` has one int per work item of the launch (the largest `id`), `p` two.
-    unsafe { offload::raw::launch(program, None, &kernel, dims, &args) }.unwrap();
+    unsafe { kernel.launch(*dims).args_raw(&args).unchecked().run() }.unwrap();
     let mut result = vec![0u8; (items * 4) as usize];
     out.read(&mut result).unwrap();
     result
@@ -295,7 +295,7 @@ fn a_load_after_a_guard_is_not_moved_before_it() {
             KernelArg::Ptr(out.ptr()),
         ];
         // SAFETY: with n = 0 the kernel touches no memory.
-        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }
+        unsafe { kernel.launch(dims).args_raw(&args).unchecked().run() }
             .unwrap_or_else(|e| panic!("{}: {e}", image.display()));
     }
 }

@@ -283,8 +283,14 @@ fn every_work_item_sees_its_own_ids_in_three_dimensions() {
     let items = (dims.blocks() * dims.threads_per_block()) as usize;
     let buf = device.alloc_buffer((items * 12 * 4) as u64).unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
-    unsafe { offload::raw::launch(&program, None, &kernel, &dims, &[KernelArg::Ptr(buf.ptr())]) }
-        .unwrap();
+    unsafe {
+        kernel
+            .launch(dims)
+            .args_raw(&[KernelArg::Ptr(buf.ptr())])
+            .unchecked()
+            .run()
+    }
+    .unwrap();
     let mut raw = vec![0u8; items * 48];
     buf.read(&mut raw).unwrap();
     let got: Vec<u32> = raw

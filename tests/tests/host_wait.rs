@@ -83,7 +83,7 @@ fn child() {
     ];
     for _ in 0..50 {
         // SAFETY: both buffers hold n floats, the kernel's extent.
-        unsafe { offload::raw::launch(&program, None, &kernel, &dims, &args) }.unwrap();
+        unsafe { kernel.launch(dims).args_raw(&args).unchecked().run() }.unwrap();
     }
     let mut out = vec![0u8; n * 4];
     dy.read(&mut out).unwrap();

@@ -41,18 +41,15 @@ fn sixteen_threads_on_four_devices_compile_the_same_bitcode_once() {
                 y.write(&f32_bytes(&vec![t as f32; n])).unwrap();
                 // SAFETY: the buffers are as long as the kernel touches for these arguments.
                 unsafe {
-                    offload::raw::launch(
-                        &program,
-                        None,
-                        &k,
-                        &LaunchDims::linear(n.div_ceil(64) as u32, 64),
-                        &[
+                    k.launch(LaunchDims::linear(n.div_ceil(64) as u32, 64))
+                        .args_raw(&[
                             KernelArg::I32(n as i32),
                             KernelArg::F32(2.0),
                             KernelArg::Ptr(x.ptr()),
                             KernelArg::Ptr(y.ptr()),
-                        ],
-                    )
+                        ])
+                        .unchecked()
+                        .run()
                 }
                 .unwrap();
                 let mut raw = vec![0u8; n * 4];

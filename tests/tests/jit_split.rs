@@ -83,7 +83,7 @@ fn launch(program: &offload::Program, name: &str, items: u32, args: &[KernelArg]
     };
     // SAFETY: every pointer argument is a buffer of at least `items` words (16 for the
     // `counts` kernels, which touch 16), and the kernels stop at `n`.
-    unsafe { offload::raw::launch(program, None, &kernel, &dims, args) }.unwrap();
+    unsafe { kernel.launch(dims).args_raw(args).unchecked().run() }.unwrap();
 }
 
 /// Runs every kernel of one image (`kernels` of them) on the same inputs; returns each

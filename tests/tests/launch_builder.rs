@@ -188,7 +188,7 @@ fn a_kernel_without_a_record_runs_only_unchecked() {
         .to_string();
     assert!(
         e.contains("kernel 'twice': its image has no OFFLOAD_PARAMS record")
-            && e.contains("run_unchecked"),
+            && e.contains("Launch::unchecked"),
         "{e}"
     );
     // SAFETY: `twice` touches y[0..n) and y holds n = 32 floats.
@@ -196,7 +196,8 @@ fn a_kernel_without_a_record_runs_only_unchecked() {
         k.launch(LaunchDims::linear(1, 32))
             .arg(32i32)
             .arg(&mut y)
-            .run_unchecked()
+            .unchecked()
+            .run()
     }
     .unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![3.0f32; 32]);
@@ -550,7 +551,8 @@ fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
                 .arg(0.5f32)
                 .arg(&dx)
                 .arg(&dy)
-                .run_on(s)
+                .on(s)
+                .run()
         })
         .unwrap();
     // The scope synchronised: the result is there, read synchronously.
@@ -566,7 +568,8 @@ fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
                 .arg(0.5f32)
                 .arg(&dx)
                 .arg(&dy)
-                .run_on(s)?;
+                .on(s)
+                .run()?;
             s.read(&mut out, &dy)
         })
         .unwrap();
@@ -578,7 +581,8 @@ fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
         .arg(1.0f32)
         .arg(&dx)
         .arg(&mut dy)
-        .run_on(&queue)
+        .on(&queue)
+        .run()
         .unwrap();
     let want: Vec<f32> = saxpy_reference(0.5, &x, &y)
         .iter()
@@ -611,18 +615,22 @@ fn typed_kernels_are_checked_once_and_launch_with_tuples() {
     let mut y = device.upload(&[0.5f32; 64]).unwrap();
     saxpy
         .launch(LaunchDims::linear(1, 64), (64, 2.0, &x, &mut y))
+        .run()
         .unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![2.5f32; 64]);
     // Extents are still checked per launch.
     let e = saxpy
         .launch(LaunchDims::linear(1, 64), (65, 2.0, &x, &mut y))
+        .run()
         .unwrap_err()
         .to_string();
     assert!(e.contains("may touch 65 element(s)"), "{e}");
     // On a queue.
     let queue = device.queue().unwrap();
     saxpy
-        .launch_on(&queue, LaunchDims::linear(1, 64), (64, 1.0, &x, &mut y))
+        .launch(LaunchDims::linear(1, 64), (64, 1.0, &x, &mut y))
+        .on(&queue)
+        .run()
         .unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![3.5f32; 64]);
     // Ranges of buffers: y[16..48] += 2 * x[32..64]; the rest of y is untouched, and the
@@ -637,6 +645,7 @@ fn typed_kernels_are_checked_once_and_launch_with_tuples() {
                 y.slice_mut(16..48).unwrap(),
             ),
         )
+        .run()
         .unwrap();
     let got = y.to_vec().unwrap();
     for (i, v) in got.iter().enumerate() {
@@ -653,13 +662,19 @@ fn typed_kernels_are_checked_once_and_launch_with_tuples() {
                 y.slice_mut(16..48).unwrap(),
             ),
         )
+        .run()
         .unwrap_err()
         .to_string();
     assert!(e.contains("may touch 33 element(s)"), "{e}");
     // Two disjoint exclusive ranges of one buffer in one launch (split_at_mut), on a queue.
     let (lo, hi) = y.split_at_mut(32).unwrap();
     queue
-        .scope(|s| saxpy.launch_on(s, LaunchDims::linear(1, 32), (32, 1.0, hi.view(), lo)))
+        .scope(|s| {
+            saxpy
+                .launch(LaunchDims::linear(1, 32), (32, 1.0, hi.view(), lo))
+                .on(s)
+                .run()
+        })
         .unwrap();
     assert_eq!(y.to_vec().unwrap()[..16], vec![3.5f32 + 5.5; 16]);
     // Rust types that do not match the record are refused once, naming the parameter.
@@ -758,7 +773,8 @@ fn globals_are_typed_views_for_copies_and_arguments() {
         .arg(16i32)
         .arg(&ones)
         .arg(program.global::<f32>("table").unwrap())
-        .run_on(&device.queue().unwrap())
+        .on(&device.queue().unwrap())
+        .run()
         .unwrap_err()
         .to_string();
     assert!(e.contains("parameter 2 'acc'"), "{e}");
@@ -836,7 +852,8 @@ fn host_buffers_are_read_in_place_and_written_by_devices_only_exclusively() {
             .arg(1.0f32)
             .arg(&x)
             .arg(&mut y)
-            .run_on(&queue)
+            .on(&queue)
+            .run()
             .unwrap();
         let want: Vec<f32> = (0..n).map(|i| 3.0 * i as f32 + 1.0).collect();
         assert_eq!(y.as_slice().unwrap(), &want[..]);
@@ -847,7 +864,8 @@ fn host_buffers_are_read_in_place_and_written_by_devices_only_exclusively() {
             .arg(1.0f32)
             .arg(&x)
             .arg(&y)
-            .run_on(&queue)
+            .on(&queue)
+            .run()
             .unwrap_err()
             .to_string();
         assert!(e.contains("parameter 3 'y'") && e.contains("&mut"), "{e}");
@@ -967,13 +985,51 @@ fn launches_with_more_arguments_than_stored_inline_keep_every_argument() {
             .arg(14i64)
             .arg(&mut out)
             .arg(n as i32)
-            .run_unchecked()
+            .unchecked()
+            .run()
     }
     .unwrap();
     let s: f64 = (1..=14).map(|i| (i * i) as f64).sum();
     let got = out.to_vec().unwrap();
     for (i, v) in got.iter().enumerate() {
         assert_eq!(*v, s * (i + 1) as f64, "out[{i}]");
+    }
+    // The same arguments, some raw in one slice that crosses from the inline ones to the
+    // heap block, on a queue, run twice: every argument still reaches the kernel, each time.
+    use offload::KernelArg as A;
+    let queue = device.queue().unwrap();
+    let out2 = device.alloc::<f64>(n).unwrap();
+    let mut launch = k.launch(LaunchDims::linear(1, 8));
+    launch
+        .arg(1i32)
+        .arg(2i64)
+        .arg(3.0f32)
+        .arg(4.0f64)
+        .args_raw(&[
+            A::I32(5),
+            A::F32(6.0),
+            A::F64(7.0),
+            A::I64(8),
+            A::F32(9.0),
+            A::F64(10.0),
+            A::I32(11),
+            A::F64(12.0),
+            A::F32(13.0),
+            A::I64(14),
+            out2.arg(),
+        ]);
+    launch.arg(n as i32).on(&queue);
+    assert!(
+        format!("{launch:?}").contains("16 argument(s), on a queue"),
+        "{launch:?}"
+    );
+    for round in 0..2 {
+        out2.fill(0.0).unwrap();
+        // SAFETY: as above; `out2` holds the n doubles the kernel writes, and lives past the
+        // queue's synchronize.
+        unsafe { launch.unchecked() }.run().unwrap();
+        queue.synchronize().unwrap();
+        assert_eq!(out2.to_vec().unwrap(), got, "round {round}");
     }
 }
 
@@ -1023,7 +1079,8 @@ fn an_element_description_that_does_not_add_up_is_ignored_and_host_views_write_e
         .arg(1.0f32)
         .arg(&x)
         .arg(hb.view().slice(8..16).unwrap())
-        .run_on(&device.queue().unwrap())
+        .on(&device.queue().unwrap())
+        .run()
         .unwrap_err()
         .to_string();
     assert!(e.contains("parameter 3 'y'"), "{e}");

@@ -80,7 +80,6 @@ fn hex(bytes: &[u8]) -> String {
 /// group of the output has come back as its input reversed.
 fn run_reverse(
     device: &offload::Device,
-    program: &offload::Program,
     k: &offload::Kernel,
     (groups, l): (usize, usize),
     local: KernelArg,
@@ -93,13 +92,10 @@ fn run_reverse(
     dims.shared_mem_bytes = shared;
     // SAFETY: both buffers hold groups * l words, all the kernel touches.
     unsafe {
-        offload::raw::launch(
-            program,
-            None,
-            k,
-            &dims,
-            &[KernelArg::Ptr(inb.ptr()), KernelArg::Ptr(out.ptr()), local],
-        )
+        k.launch(dims)
+            .args_raw(&[KernelArg::Ptr(inb.ptr()), KernelArg::Ptr(out.ptr()), local])
+            .unchecked()
+            .run()
     }?;
     let got = out.to_vec().unwrap();
     for g in 0..groups {
@@ -149,18 +145,15 @@ fn saxpy_from_spirv_runs_with_every_argument_byte_as_the_kernel_declares_it() {
     let yb = device.upload(&vec![1.0f32; n]).unwrap();
     // SAFETY: both buffers hold n floats, all the kernel touches.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::for_elems(n as u64, 128).unwrap(),
-            &[
+        k.launch(LaunchDims::for_elems(n as u64, 128).unwrap())
+            .args_raw(&[
                 KernelArg::I32(n as i32),
                 KernelArg::F32(2.5),
                 KernelArg::Ptr(xb.ptr()),
                 KernelArg::Ptr(yb.ptr()),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .unwrap();
     let y = yb.to_vec().unwrap();
@@ -191,9 +184,7 @@ fn a_barrier_kernel_gets_local_memory_of_the_size_the_launch_passes() {
     let device = rt.device("level-zero", 0).unwrap();
     let program = offload_tests::load(&device, &spirv("reverse")).unwrap();
     let k = program.kernel("reverse").unwrap();
-    let launch = |local: KernelArg, shared: u32| {
-        run_reverse(&device, &program, &k, (16, 256), local, shared)
-    };
+    let launch = |local: KernelArg, shared: u32| run_reverse(&device, &k, (16, 256), local, shared);
     launch(KernelArg::U32(256 * 4), 0).unwrap();
     // The `__local` size must be positive and fit the device's 64 KiB.
     let e = launch(KernelArg::U32(0), 0).unwrap_err().to_string();
@@ -283,7 +274,9 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
                 .arg(n as i32)
                 .arg(2u32)
                 .arg(&mut x)
-                .run_unchecked_on(&queue)
+                .unchecked()
+                .on(&queue)
+                .run()
         }
         .unwrap();
     }
@@ -298,7 +291,9 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
             .arg(n as i32)
             .arg(7u32)
             .arg(&mut y)
-            .run_unchecked_on(&queue)
+            .unchecked()
+            .on(&queue)
+            .run()
     }
     .unwrap();
     drop(y);
@@ -329,30 +324,24 @@ fn a_native_binary_loads_and_runs() {
     let x = device.upload(&[5u32; 64]).unwrap();
     // SAFETY: add_k touches x[0..64).
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &add,
-            &LaunchDims::linear(1, 64),
-            &[
+        add.launch(LaunchDims::linear(1, 64))
+            .args_raw(&[
                 KernelArg::I32(64),
                 KernelArg::U32(3),
                 KernelArg::Ptr(x.ptr()),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .unwrap();
     assert_eq!(x.to_vec().unwrap(), vec![8u32; 64]);
     // Without SPIR-V to read, the driver's parameter count still refuses a short launch.
     // SAFETY: refused before anything runs.
     let e = unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &add,
-            &LaunchDims::linear(1, 64),
-            &[KernelArg::I32(64), KernelArg::U32(3)],
-        )
+        add.launch(LaunchDims::linear(1, 64))
+            .args_raw(&[KernelArg::I32(64), KernelArg::U32(3)])
+            .unchecked()
+            .run()
     }
     .unwrap_err()
     .to_string();
@@ -391,7 +380,7 @@ fn a_native_binary_s_local_parameters_come_from_its_ze_info() {
     )
     .unwrap();
     let k = program.kernel("reverse").unwrap();
-    let launch = |local: KernelArg| run_reverse(&device, &program, &k, (4, 64), local, 0);
+    let launch = |local: KernelArg| run_reverse(&device, &k, (4, 64), local, 0);
     launch(KernelArg::U32(64 * 4)).unwrap();
     let e = launch(KernelArg::U32(0)).unwrap_err().to_string();
     assert!(
@@ -442,7 +431,7 @@ fn wrong_arguments_and_group_sizes_are_refused_before_the_driver_sees_them() {
     ];
     for (args, says) in cases {
         // SAFETY: refused before anything runs.
-        let e = unsafe { offload::raw::launch(&program, None, &k, &dims, &args) }
+        let e = unsafe { k.launch(dims).args_raw(&args).unchecked().run() }
             .unwrap_err()
             .to_string();
         assert!(e.contains(says), "want '{says}': {e}");
@@ -492,13 +481,10 @@ fn build_failures_carry_the_driver_s_log_and_faults_lose_the_device() {
     let k = program.kernel("fault").unwrap();
     // SAFETY: the kernel's write faults on the (fake) GPU, which is what is tested.
     let e = unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::linear(1, 1),
-            &[KernelArg::I32(0)],
-        )
+        k.launch(LaunchDims::linear(1, 1))
+            .args_raw(&[KernelArg::I32(0)])
+            .unchecked()
+            .run()
     }
     .unwrap_err();
     assert!(matches!(e, offload::Error::DeviceFailure(_)), "{e:?}");
@@ -532,7 +518,8 @@ fn memory_kinds_work_as_kernel_arguments_and_out_of_memory_names_the_call() {
                 .arg(256i32)
                 .arg(9u32)
                 .arg(&mut buf)
-                .run_unchecked()
+                .unchecked()
+                .run()
         }
         .unwrap();
         let got = buf.as_slice().unwrap();
@@ -689,14 +676,24 @@ fn kernel_limits_structs_by_value_and_unreadable_entry_points_are_refused_with_t
         KernelArg::Ptr(y.ptr()),
     ];
     // SAFETY: refused before anything runs.
-    let e = unsafe { offload::raw::launch(&program, None, &k, &LaunchDims::linear(1, 512), &args) }
-        .unwrap_err()
-        .to_string();
+    let e = unsafe {
+        k.launch(LaunchDims::linear(1, 512))
+            .args_raw(&args)
+            .unchecked()
+            .run()
+    }
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("runs at most 256 threads per block"), "{e}");
     assert!(e.contains("maxNumSubgroups x maxSubgroupSize"), "{e}");
     // SAFETY: y holds the 512 floats the kernel touches.
-    unsafe { offload::raw::launch(&program, None, &k, &LaunchDims::linear(2, 256), &args) }
-        .unwrap();
+    unsafe {
+        k.launch(LaunchDims::linear(2, 256))
+            .args_raw(&args)
+            .unchecked()
+            .run()
+    }
+    .unwrap();
     // A struct passed by value (a Function-storage pointer parameter, as llvm-spirv writes
     // one): not a pointer the launch may pass.
     let by_value = "OpCapability Addresses\nOpCapability Kernel\nOpCapability Int64\n\
@@ -711,13 +708,10 @@ fn kernel_limits_structs_by_value_and_unreadable_entry_points_are_refused_with_t
     let k2 = program2.kernel("takes_struct").unwrap();
     // SAFETY: refused before anything runs.
     let e = unsafe {
-        offload::raw::launch(
-            &program2,
-            None,
-            &k2,
-            &LaunchDims::linear(1, 1),
-            &[KernelArg::Ptr(y.ptr())],
-        )
+        k2.launch(LaunchDims::linear(1, 1))
+            .args_raw(&[KernelArg::Ptr(y.ptr())])
+            .unchecked()
+            .run()
     }
     .unwrap_err()
     .to_string();
@@ -758,17 +752,14 @@ fn the_gpus_of_one_driver_share_its_context() {
     let add = program.kernel("add_k").unwrap();
     // SAFETY: add_k touches x[0..64); device 0's memory is reachable in the shared context.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &add,
-            &LaunchDims::linear(1, 64),
-            &[
+        add.launch(LaunchDims::linear(1, 64))
+            .args_raw(&[
                 KernelArg::I32(64),
                 KernelArg::U32(6),
                 KernelArg::Ptr(x.ptr()),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .unwrap();
     assert_eq!(x.to_vec().unwrap(), vec![7u32; 64]);
@@ -794,7 +785,7 @@ fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (LaunchFailure, 
     let device = rt.device("level-zero", 0).unwrap();
     let program = offload_tests::load(&device, &spirv("add_k")).unwrap();
     let add = program.kernel("add_k").unwrap();
-    let failure = fail_a_launch(&device, &program, &add, queued);
+    let failure = fail_a_launch(&device, &add, queued);
     drop((add, program, device, rt));
     (failure, log_lines(&log))
 }

@@ -122,17 +122,14 @@ fn images_for_the_new_backend_are_routed_to_it() {
     let buf = device.alloc_buffer(4 * 12).unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims {
-                grid: [2, 1, 1],
-                block: [3, 2, 1],
-                shared_mem_bytes: 0,
-            },
-            &[KernelArg::U32(100), KernelArg::Ptr(buf.ptr())],
-        )
+        k.launch(LaunchDims {
+            grid: [2, 1, 1],
+            block: [3, 2, 1],
+            shared_mem_bytes: 0,
+        })
+        .args_raw(&[KernelArg::U32(100), KernelArg::Ptr(buf.ptr())])
+        .unchecked()
+        .run()
     }
     .unwrap();
     let mut raw = vec![0u8; 48];
@@ -150,8 +147,7 @@ fn images_for_the_new_backend_are_routed_to_it() {
     // A panic inside a plugin call is an error; the process and the plugin survive.
     let p = program.kernel("panic").unwrap();
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe { offload::raw::launch(&program, None, &p, &LaunchDims::linear(1, 1), &[]) }
-        .unwrap_err();
+    let e = unsafe { p.launch(LaunchDims::linear(1, 1)).unchecked().run() }.unwrap_err();
     assert!(matches!(e, Error::PluginPanic(_)), "{e:?}");
     assert!(
         e.to_string()
@@ -160,13 +156,10 @@ fn images_for_the_new_backend_are_routed_to_it() {
     );
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &k,
-            &LaunchDims::linear(1, 1),
-            &[KernelArg::Ptr(buf.ptr())],
-        )
+        k.launch(LaunchDims::linear(1, 1))
+            .args_raw(&[KernelArg::Ptr(buf.ptr())])
+            .unchecked()
+            .run()
     }
     .unwrap();
 
@@ -288,13 +281,10 @@ fn word_arguments_go_only_to_plugins_that_speak_abi_1_4() {
         let buf = device.alloc_buffer(16).unwrap();
         // SAFETY: the testdev plugin's fill kernel writes 4 u32s into the 16-byte buffer (or refuses words).
         let r = unsafe {
-            offload::raw::launch(
-                &program,
-                None,
-                &k,
-                &LaunchDims::linear(1, 4),
-                &[KernelArg::U32(7), KernelArg::Word(buf.ptr().0)],
-            )
+            k.launch(LaunchDims::linear(1, 4))
+                .args_raw(&[KernelArg::U32(7), KernelArg::Word(buf.ptr().0)])
+                .unchecked()
+                .run()
         };
         let mut raw = vec![0u8; 16];
         buf.read(&mut raw).unwrap();
@@ -397,19 +387,6 @@ fn handles_are_bound_to_their_owner() {
     );
     let ka = a.kernel("fill").unwrap();
     let buf = d0.alloc_buffer(64).unwrap();
-    // A kernel of program A launched as program B's.
-    // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e = unsafe {
-        offload::raw::launch(
-            &b,
-            None,
-            &ka,
-            &LaunchDims::linear(1, 1),
-            &[KernelArg::Ptr(buf.ptr())],
-        )
-    }
-    .unwrap_err();
-    assert!(e.to_string().contains("belongs to program"), "{e}");
     // SAFETY: the device API is used on this test's own allocations only, with no HostBuffer or safe-layer queue on them.
     let (r0, r1) = (unsafe { offload::raw::device(&d0) }, unsafe {
         offload::raw::device(&d1)
@@ -484,13 +461,10 @@ fn handles_are_bound_to_their_owner() {
     let k1 = p1.kernel("fill").unwrap();
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
     let e = unsafe {
-        offload::raw::launch(
-            &p1,
-            None,
-            &k1,
-            &LaunchDims::linear(1, 1),
-            &[KernelArg::Ptr(buf.ptr())],
-        )
+        k1.launch(LaunchDims::linear(1, 1))
+            .args_raw(&[KernelArg::Ptr(buf.ptr())])
+            .unchecked()
+            .run()
     }
     .unwrap_err()
     .to_string();
@@ -509,13 +483,10 @@ fn handles_are_bound_to_their_owner() {
     // The right combinations still work.
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        offload::raw::launch(
-            &a,
-            None,
-            &ka,
-            &LaunchDims::linear(1, 4),
-            &[KernelArg::U32(1), KernelArg::Ptr(buf.ptr())],
-        )
+        ka.launch(LaunchDims::linear(1, 4))
+            .args_raw(&[KernelArg::U32(1), KernelArg::Ptr(buf.ptr())])
+            .unchecked()
+            .run()
     }
     .unwrap();
 }
@@ -642,13 +613,11 @@ fn a_hook_that_panics_on_a_gpu_like_device_fails_it_for_good() {
         let buf = d.alloc_buffer(64).unwrap();
         // SAFETY: the kernel panics before it touches anything (what the test checks).
         let e = unsafe {
-            offload::raw::launch(
-                &program,
-                None,
-                &panic,
-                &LaunchDims::linear(1, 1),
-                &[KernelArg::Ptr(buf.ptr())],
-            )
+            panic
+                .launch(LaunchDims::linear(1, 1))
+                .args_raw(&[KernelArg::Ptr(buf.ptr())])
+                .unchecked()
+                .run()
         }
         .unwrap_err();
         assert!(matches!(e, Error::PluginPanic(_)), "{e:?}");

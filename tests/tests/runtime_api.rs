@@ -35,18 +35,16 @@ fn eight_threads_launching_concurrently_on_one_device_all_get_correct_results() 
                     dy.write(&f32_bytes(&y)).unwrap();
                     // SAFETY: the buffers are as long as the kernel touches for these arguments.
                     unsafe {
-                        offload::raw::launch(
-                            &program,
-                            None,
-                            &kernel,
-                            &LaunchDims::linear(n.div_ceil(128) as u32, 128),
-                            &[
+                        kernel
+                            .launch(LaunchDims::linear(n.div_ceil(128) as u32, 128))
+                            .args_raw(&[
                                 KernelArg::I32(n as i32),
                                 KernelArg::F32(a),
                                 KernelArg::Ptr(dx.ptr()),
                                 KernelArg::Ptr(dy.ptr()),
-                            ],
-                        )
+                            ])
+                            .unchecked()
+                            .run()
                     }
                     .unwrap();
                     let got = read_f32(&dy, n);
@@ -147,37 +145,31 @@ fn bad_pointers_and_launch_shapes_are_errors_not_crashes() {
     };
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
     let e = unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &kernel,
-            &LaunchDims::linear(1, 16),
-            &args(0xdead_0000),
-        )
+        kernel
+            .launch(LaunchDims::linear(1, 16))
+            .args_raw(&args(0xdead_0000))
+            .unchecked()
+            .run()
     }
     .unwrap_err();
     assert!(e.to_string().contains("argument 3"), "{e}");
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
     let e = unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &kernel,
-            &LaunchDims::linear(0, 16),
-            &args(buf.ptr().0),
-        )
+        kernel
+            .launch(LaunchDims::linear(0, 16))
+            .args_raw(&args(buf.ptr().0))
+            .unchecked()
+            .run()
     }
     .unwrap_err();
     assert!(e.to_string().contains("grid dimension x is 0"), "{e}");
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
     let e = unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &kernel,
-            &LaunchDims::linear(1, 2048),
-            &args(buf.ptr().0),
-        )
+        kernel
+            .launch(LaunchDims::linear(1, 2048))
+            .args_raw(&args(buf.ptr().0))
+            .unchecked()
+            .run()
     }
     .unwrap_err();
     assert!(e.to_string().contains("at most 1024"), "{e}");
@@ -424,18 +416,16 @@ fn typed_buffers_carry_their_element_type_and_length() {
     let saxpy = program.kernel("saxpy").unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        offload::raw::launch(
-            &program,
-            None,
-            &saxpy,
-            &LaunchDims::for_elems(1000, 256).unwrap(),
-            &[
+        saxpy
+            .launch(LaunchDims::for_elems(1000, 256).unwrap())
+            .args_raw(&[
                 KernelArg::I32(1000),
                 KernelArg::F32(2.0),
                 dx.arg(),
                 dy.arg(),
-            ],
-        )
+            ])
+            .unchecked()
+            .run()
     }
     .unwrap();
     let y = dy.to_vec().unwrap();
@@ -580,18 +570,17 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     a.upload(&dy, (0..n).map(|i| i as f32).collect()).unwrap();
     // SAFETY: the buffers are as long as the kernel touches for these arguments.
     unsafe {
-        offload::raw::launch(
-            &program,
-            Some(&a),
-            &saxpy,
-            &LaunchDims::for_elems(n as u64, 256).unwrap(),
-            &[
+        saxpy
+            .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
+            .args_raw(&[
                 KernelArg::I32(n as i32),
                 KernelArg::F32(0.5),
                 dx.arg(),
                 dy.arg(),
-            ],
-        )
+            ])
+            .unchecked()
+            .on(&a)
+            .run()
     }
     .unwrap();
     let done = a.record().unwrap();
@@ -608,10 +597,15 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     let other = other.device("testdev", 0).unwrap();
     let q = other.queue().unwrap();
     // SAFETY: the layer refuses this launch before the kernel runs (what the test checks).
-    let e =
-        unsafe { offload::raw::launch(&program, Some(&q), &saxpy, &LaunchDims::linear(1, 1), &[]) }
-            .unwrap_err()
-            .to_string();
+    let e = unsafe {
+        saxpy
+            .launch(LaunchDims::linear(1, 1))
+            .unchecked()
+            .on(&q)
+            .run()
+    }
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("another device"), "{e}");
     assert!(q.copy(&out, &dy).is_err());
     drop((a, b));
@@ -699,7 +693,8 @@ fn events_time_the_work_between_them() {
             .arg(1.0f32)
             .arg(&x)
             .arg(&mut y)
-            .run_on(&q)
+            .on(&q)
+            .run()
             .unwrap();
     }
     let end = q.record().unwrap();

@@ -12,7 +12,7 @@ fn main() -> offload::Result<()> {
             .arg(16i32)
             .arg(0.5f32)
             .arg(&mut x)
-            .run_on(s)?;
+            .on(s).run()?;
         let seen = x.to_vec()?;
         assert_eq!(seen.len(), 16);
         Ok(())

@@ -8,5 +8,5 @@ fn main() -> offload::Result<()> {
     let add = program.kernel("add")?.typed::<(u32, In<f32>, Out<f32>)>()?;
     let x = device.alloc::<f32>(16)?;
     let mut y = device.alloc::<f32>(16)?;
-    add.launch(offload::LaunchDims::linear(1, 16), (&x, &x, &mut y))
+    add.launch(offload::LaunchDims::linear(1, 16), (&x, &x, &mut y)).run()
 }

@@ -8,5 +8,5 @@ fn main() -> offload::Result<()> {
     let add = program.kernel("add")?.typed::<(i32, In<f32>, Out<f32>)>()?;
     let x = device.alloc::<f32>(16)?;
     let y = device.alloc::<f32>(16)?;
-    add.launch(offload::LaunchDims::linear(1, 16), (16, &x, &y))
+    add.launch(offload::LaunchDims::linear(1, 16), (16, &x, &y)).run()
 }

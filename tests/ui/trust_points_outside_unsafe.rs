@@ -7,7 +7,7 @@ fn main() -> offload::Result<()> {
     let program = device.load_trusted(b"image")?;
     let kernel = program.kernel("fill")?;
     let past_the_end = [offload::KernelArg::Ptr(offload::DevicePtr(0x1000))];
-    offload::raw::launch(&program, None, &kernel, &offload::LaunchDims::linear(1, 1), &past_the_end)?;
+    kernel.launch(offload::LaunchDims::linear(1, 1)).args_raw(&past_the_end).unchecked().run()?;
     let plugin = offload_abi::loader::LoadedPlugin::open(std::path::Path::new("libplugin.so"))?;
     let _ = plugin;
     let host = offload_host::HostBackend::new();

@@ -115,7 +115,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.ptr
     }
 
-    /// As a raw kernel argument (`T *` in the kernel), for [`crate::raw::launch`].
+    /// As a raw kernel argument (`T *` in the kernel), for [`crate::Launch::arg_raw`] (an unchecked
+    /// launch).
     pub fn arg(&self) -> KernelArg {
         KernelArg::Ptr(self.ptr)
     }

@@ -1,13 +1,14 @@
 //! The launch builder: `kernel.launch(dims).arg(n).arg(&x).arg(&mut y).run()?`.
 //!
 //! Arguments borrow their buffers for as long as the launch needs them: while the `Launch`
-//! lives, and, for [`Launch::run_on`] in a [`crate::QueueScope`], until the scope ends.
+//! lives, and, for a launch [`Launch::on`] a [`crate::QueueScope`], until the scope ends.
 //! [`Launch::run`] checks every argument against the kernel's `OFFLOAD_PARAMS` record (see
 //! `offload_kernel.h`) before anything runs: the count, each scalar's type, each pointer's
 //! element type, that the kernel writes only through mutable borrows (on a queue, shared ones
 //! too: the queue orders the work), and that each buffer is
 //! at least as long as the extent the record declares for these arguments (`float y[n]`).
-//! [`Launch::run_unchecked`] is the way to launch a kernel without a record.
+//! A [`Launch::unchecked`] launch is the way to launch a kernel without a record, or with raw
+//! arguments.
 
 use crate::Kernel;
 use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy, HostBuffer, element_of};
@@ -187,34 +188,41 @@ impl<'a, T: DeviceCopy> KernelArgument<'a> for BufferViewMut<'a, T> {
     }
 }
 
-/// Where [`Launch::run_on`] enqueues: a [`Queue`] (the launch keeps its buffers alive until it
+/// Where [`Launch::on`] enqueues: a [`Queue`] (the launch keeps its buffers alive until it
 /// has run; their borrows end at the call) or a [`QueueScope`] (the buffers stay borrowed
-/// until the scope's end, so they cannot be dropped or moved while the launch may run).
-pub trait LaunchQueue<'a>: sealed::Sealed {
+/// until the scope's end, so they cannot be dropped or moved while the launch may run). `'q`
+/// is how long the queue is borrowed.
+pub trait LaunchQueue<'a, 'q>: sealed::Sealed {
     #[doc(hidden)]
-    fn queue(&self) -> &Queue;
+    fn queue(self) -> &'q Queue;
 }
 impl sealed::Sealed for &Queue {}
-impl LaunchQueue<'_> for &Queue {
-    fn queue(&self) -> &Queue {
+impl<'q> LaunchQueue<'_, 'q> for &'q Queue {
+    fn queue(self) -> &'q Queue {
         self
     }
 }
 impl sealed::Sealed for &QueueScope<'_, '_> {}
-impl<'a: 's, 's> LaunchQueue<'a> for &'s QueueScope<'s, '_> {
-    fn queue(&self) -> &Queue {
+impl<'a: 's, 's> LaunchQueue<'a, 's> for &'s QueueScope<'s, '_> {
+    fn queue(self) -> &'s Queue {
         QueueScope::queue(self)
     }
 }
 
-/// A launch being put together ([`Kernel::launch`]); nothing runs until [`Launch::run`],
-/// [`Launch::run_on`] or [`Launch::run_unchecked`]. Built in place (`&mut self` methods, as
-/// `std::process::Command` is): `'a` is the borrow of every buffer added, for as long as the
-/// launch lives.
+/// A launch being put together ([`Kernel::launch`], [`crate::TypedKernel::launch`]): the one
+/// way to launch a kernel. Add the arguments ([`Launch::arg`]), say where it runs
+/// ([`Launch::on`] a queue; synchronously otherwise), and [`Launch::run`] it; nothing runs
+/// before. [`Launch::unchecked`] turns the parameter check off, for kernels without a record
+/// and for front ends that pass raw arguments. Built in place (`&mut self` methods, as
+/// `std::process::Command` is): `'a` is the borrow of every buffer added and `'k` that of the
+/// kernel and the queue, for as long as the launch lives.
 #[must_use = "a launch does nothing until it is run"]
 pub struct Launch<'k, 'a> {
     kernel: &'k Kernel,
     dims: LaunchDims,
+    queue: Option<&'k Queue>,
+    /// Whether [`Launch::run`] checks the arguments against the kernel's record.
+    checked: bool,
     len: usize,
     args: [KernelArg; INLINE],
     sources: [ArgSource; INLINE],
@@ -227,8 +235,16 @@ impl std::fmt::Debug for Launch<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "launch of {:?}, {}, {} argument(s)",
-            self.kernel, self.dims, self.len
+            "{}launch of {:?}, {}, {} argument(s){}",
+            if self.checked { "" } else { "unchecked " },
+            self.kernel,
+            self.dims,
+            self.len,
+            if self.queue.is_some() {
+                ", on a queue"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -241,6 +257,8 @@ impl Kernel {
         Launch {
             kernel: self,
             dims,
+            queue: None,
+            checked: true,
             len: 0,
             args: [KernelArg::I32(0); INLINE],
             sources: [ArgSource::Raw; INLINE],
@@ -282,11 +300,52 @@ impl<'k, 'a> Launch<'k, 'a> {
     }
 
     /// The next argument as a raw [`KernelArg`]: a scalar is checked like any other; a raw
-    /// pointer has no extent, so only [`Launch::run_unchecked`] takes one for a pointer
+    /// pointer has no extent, so only a [`Launch::unchecked`] launch takes one for a pointer
     /// parameter.
     #[inline]
     pub fn arg_raw(&mut self, arg: KernelArg) -> &mut Self {
         self.push(arg, ArgSource::Raw)
+    }
+
+    /// The next arguments, raw ([`Launch::arg_raw`] for each): what a front end that made
+    /// the argument list itself passes.
+    #[inline]
+    pub fn args_raw(&mut self, args: &[KernelArg]) -> &mut Self {
+        for a in args {
+            self.push(*a, ArgSource::Raw);
+        }
+        self
+    }
+
+    /// Runs it on `queue` (a [`Queue`] or a [`QueueScope`], of the kernel's device) instead of
+    /// synchronously: it runs after the queue's earlier work, and a synchronous operation on
+    /// one of its buffers waits for it. A buffer the kernel writes may be borrowed shared here
+    /// (`&y`), so that the same scope can also copy it back: the queue orders its own work;
+    /// work on other queues that uses the same buffer must be ordered with events.
+    #[inline]
+    pub fn on<Q: LaunchQueue<'a, 'k>>(&mut self, queue: Q) -> &mut Self {
+        self.queue = Some(queue.queue());
+        self
+    }
+
+    /// Turns the parameter check off for every later [`Launch::run`] of this launch: the way
+    /// to launch a kernel without an `OFFLOAD_PARAMS` record, or with raw pointer arguments
+    /// ([`Launch::arg_raw`]). Buffers of another device are still refused.
+    ///
+    /// # Safety
+    /// The promise covers each run, with the arguments the launch has then. What is still
+    /// checked: the launch shape, that each buffer belongs to the kernel's device (and a
+    /// queue to it too), and what the backend checks (on the host: pointers into live
+    /// allocations, and the argument types where the image has an `OFFLOAD_SIGNATURE`). What
+    /// is not: the number and types of the arguments (on other backends), and how far the
+    /// kernel reads or writes from each pointer. The caller must make sure the arguments are
+    /// the kernel's parameters, every buffer or raw pointer reaches as far as the kernel
+    /// touches for these arguments, and, as [`crate::raw`] says, raw device memory the
+    /// kernel uses stays allocated until the launch has run and is nobody else's meanwhile.
+    #[inline]
+    pub unsafe fn unchecked(&mut self) -> &mut Self {
+        self.checked = false;
+        self
     }
 
     #[inline(always)]
@@ -298,74 +357,30 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
-    /// Checks the arguments against the kernel's `OFFLOAD_PARAMS` record and launches it,
-    /// returning when it has run. Refused, with the parameter named, when the kernel has no
-    /// record or an argument does not match it (see the module docs). The launch keeps its
+    /// Launches it: checks the arguments against the kernel's `OFFLOAD_PARAMS` record (unless
+    /// [`Launch::unchecked`]), then runs the kernel and returns when it has run, or enqueues
+    /// it ([`Launch::on`]). Refused, with the parameter named, when the kernel has no record
+    /// or an argument does not match it (see the module docs). The launch keeps its
     /// arguments: running it again launches the kernel again.
     #[inline]
     pub fn run(&mut self) -> Result<()> {
-        // SAFETY: checked against the kernel's parameter record (`submit`'s contract).
-        unsafe { self.submit(true, None) }
-    }
-
-    /// As [`Launch::run`], but enqueued on `queue` (a [`Queue`] or a [`QueueScope`]) of the
-    /// kernel's device: it runs after the queue's earlier work. A synchronous operation on one
-    /// of its buffers waits for it. A buffer the kernel writes may be borrowed shared here
-    /// (`&y`), so that the same scope can also copy it back: the queue orders its own work;
-    /// work on other queues that uses the same buffer must be ordered with events.
-    pub fn run_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
-        // SAFETY: as in `run`; the queue keeps the borrowed buffers alive until it has run.
-        unsafe { self.submit(true, Some(queue.queue())) }
-    }
-
-    /// Launches without the parameter check, synchronously (the only way to launch a kernel
-    /// without an `OFFLOAD_PARAMS` record from this builder). Buffers of another device are
-    /// still refused.
-    ///
-    /// # Safety
-    /// What is checked: the launch shape, that each buffer belongs to the kernel's device,
-    /// and what the backend checks (on the host: pointers into live allocations, and the
-    /// argument types where the image has an `OFFLOAD_SIGNATURE`). What is not: the number
-    /// and types of the arguments (on other backends), and how far the kernel reads or writes
-    /// from each pointer. The caller must make sure the arguments are the kernel's parameters
-    /// and every buffer is as long as the kernel will touch for these arguments.
-    pub unsafe fn run_unchecked(&mut self) -> Result<()> {
-        // SAFETY: the caller's contract.
-        unsafe { self.submit(false, None) }
-    }
-
-    /// [`Launch::run_unchecked`], enqueued on `queue`.
-    ///
-    /// # Safety
-    /// As for [`Launch::run_unchecked`].
-    pub unsafe fn run_unchecked_on<Q: LaunchQueue<'a>>(&mut self, queue: Q) -> Result<()> {
-        // SAFETY: the caller's contract.
-        unsafe { self.submit(false, Some(queue.queue())) }
-    }
-
-    /// The launch, synchronous or on `queue`: with the parameter check (`checked`), else with
-    /// the device check of every buffer only.
-    ///
-    /// # Safety
-    /// Unchecked, [`Launch::run_unchecked`]'s contract. Checked, none beyond trusting the
-    /// image: the check against the kernel's parameter record (its count and types, and that
-    /// every buffer holds the extent the record declares for these arguments, borrowed as the
-    /// record says it is used) is what makes the device's launch contract hold, if the record
-    /// is true.
-    #[inline]
-    unsafe fn submit(&self, checked: bool, queue: Option<&Queue>) -> Result<()> {
         let (args, sources) = self.args();
-        if checked {
-            check(self.kernel, args, sources, queue.is_some())?;
+        if self.checked {
+            check(self.kernel, args, sources, self.queue.is_some())?;
         } else {
             check_devices(self.kernel, sources)?;
         }
         let program = &self.kernel.program;
-        if let Some(q) = queue {
+        if let Some(q) = self.queue {
             program.check_queue(q)?;
         }
-        // SAFETY: this function's contract.
-        unsafe { program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle)) }
+        // SAFETY: checked, the check against the kernel's parameter record (its count and
+        // types, and that every buffer holds the extent the record declares for these
+        // arguments, borrowed as the record says it is used) is what makes the device's
+        // launch contract hold, if the record is true (and it is the image's, which the
+        // program's load trusted). Unchecked, the promise of `unchecked`'s caller. A queue
+        // keeps the borrowed buffers alive until it has run (`LaunchQueue`).
+        unsafe { program.launch(self.kernel, &self.dims, args, self.queue.map(Queue::handle)) }
     }
 }
 
@@ -522,7 +537,7 @@ fn explain(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: b
             return refuse(
                 "its image has no OFFLOAD_PARAMS record, so the launch cannot be checked: add \
                  `OFFLOAD_PARAMS(kernel, <its parameters, pointers with extents>)` after the \
-                 kernel, or launch it with the unsafe run_unchecked"
+                 kernel, or launch it unchecked (the unsafe Launch::unchecked)"
                     .into(),
             );
         }
@@ -566,7 +581,7 @@ fn explain(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: b
             (ParamKind::Pointer(_), ArgSource::Raw) if matches!(arg, KernelArg::Ptr(_)) => {
                 return refuse(format!(
                     "{} gets a raw pointer, whose extent is unknown: pass a buffer or a view, \
-                     or launch with the unsafe run_unchecked",
+                     or launch it unchecked (the unsafe Launch::unchecked)",
                     what()
                 ));
             }
@@ -614,7 +629,8 @@ fn check_pointer(
     let Some(extent) = &p.extent else {
         return Err(format!(
             "{} has no extent, so its length cannot be checked: declare it as an array \
-             parameter (`{} {}[n]`) in OFFLOAD_PARAMS, or launch with the unsafe run_unchecked",
+             parameter (`{} {}[n]`) in OFFLOAD_PARAMS, or launch it unchecked \
+             (the unsafe Launch::unchecked)",
             what(),
             p.elem_spelling,
             param.name.as_deref().unwrap_or("x")
@@ -623,7 +639,7 @@ fn check_pointer(
     let Some(elem) = p.elem else {
         return Err(format!(
             "{}: its elements are '{}', whose size offload does not know, so the extent cannot \
-             be checked: launch with the unsafe run_unchecked",
+             be checked: launch it unchecked (the unsafe Launch::unchecked)",
             what(),
             p.elem_spelling
         ));

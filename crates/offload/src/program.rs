@@ -27,11 +27,6 @@ impl Program {
             }),
         }
     }
-
-    /// What the program shares with its kernels (for [`crate::raw`]).
-    pub(crate) fn shared(&self) -> &ProgramInner {
-        &self.inner
-    }
 }
 
 #[derive(Debug)]
@@ -160,23 +155,6 @@ impl Program {
                 .map_err(|e| format!("{symbol} is not UTF-8 text: {e}"))?;
             KernelParams::parse(text).map_err(|e| format!("{symbol} \"{text}\": {e}"))
         })())
-    }
-
-    pub(crate) fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
-        if !Arc::ptr_eq(&kernel.program, &self.inner) {
-            return Err(Error::InvalidArgument(format!(
-                "{kernel:?} belongs to program {:#x}{}, not to program {:#x} on {}",
-                kernel.program.handle.0,
-                if kernel.program.device.identity() == self.inner.device.identity() {
-                    String::new()
-                } else {
-                    format!(" of {}", kernel.program.device)
-                },
-                self.inner.handle.0,
-                self.inner.device
-            )));
-        }
-        Ok(())
     }
 }
 

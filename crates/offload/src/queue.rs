@@ -147,7 +147,7 @@ impl Queue {
     }
 
     /// Runs `f` with a scope in which queued copies may borrow host memory, and launches
-    /// ([`crate::Launch::run_on`]) keep their buffers borrowed: the queue is synchronised
+    /// ([`crate::Launch::on`] the scope) keep their buffers borrowed: the queue is synchronised
     /// before `scope` returns (also when `f` fails or panics), so nothing borrowed for the
     /// scope can be dropped, moved or changed while the queue may still use it. The result is
     /// `f`'s, or the queue's first error.

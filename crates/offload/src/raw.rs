@@ -1,14 +1,16 @@
-//! The doors below the safe API: the plugin's raw device, the raw plugin, and a launch with
-//! arguments as they are.
+//! The doors below the safe API: the plugin's raw device and the raw plugin. A launch with
+//! arguments as they are is the launch builder's, made [`crate::Launch::unchecked`] and given
+//! [`crate::Launch::args_raw`]: one way to launch, checked or not.
 //!
 //! They are for front ends that speak a raw protocol of their own and keep its rules
 //! themselves: the drop-in `libomptarget` (`crates/omptarget`), which maps OpenMP's data
 //! and passes device addresses the program computed, and a future liboffload (`ol*`) front
 //! end; and for tests and benchmarks that measure the layer below the safe API. A Rust program
 //! needs none of them: [`Device`], [`crate::DeviceBuffer`], [`crate::Queue`] and
-//! [`crate::Kernel::launch`] check what these do not.
+//! a checked [`crate::Kernel::launch`] check what these do not.
 //!
-//! **What a caller of this module promises**, for every door here:
+//! **What a caller of this module promises**, for every door here and for every unchecked
+//! launch:
 //!
 //! - **Memory.** Every device address it passes (a copy's ends, a launch's pointer
 //!   arguments, an address inside a scalar argument) lies in memory that is allocated and
@@ -26,8 +28,8 @@
 //! allocation, program, kernel or queue is an error), launch shapes against the device's
 //! limits, and, on the host backend, that pointer arguments point into live allocations.
 
-use crate::{Device, Kernel, PluginSlot, Program, Queue};
-use offload_core::{GenericDevice, GenericPlugin, KernelArg, LaunchDims, Result};
+use crate::{Device, PluginSlot};
+use offload_core::{GenericDevice, GenericPlugin};
 use std::sync::Arc;
 
 /// The device's plugin-side trait object, for operations the safe API does not wrap.
@@ -45,27 +47,4 @@ pub unsafe fn device(device: &Device) -> &Arc<dyn GenericDevice> {
 /// As [`device`], for each of its devices.
 pub unsafe fn plugin(slot: &PluginSlot) -> Option<&Arc<dyn GenericPlugin>> {
     slot.loaded()
-}
-
-/// Launches `kernel` (of `program`) with `args` as they are: synchronously, or enqueued on
-/// `queue` (of the program's device; the launch runs after the queue's earlier work, and what
-/// it uses stays alive until it has run). [`Kernel::launch`] is the checked launch.
-///
-/// # Safety
-/// The module's promises: every buffer a pointer argument reaches is as long as the kernel
-/// touches for these arguments, and no other work uses memory the kernel writes.
-pub unsafe fn launch(
-    program: &Program,
-    queue: Option<&Queue>,
-    kernel: &Kernel,
-    dims: &LaunchDims,
-    args: &[KernelArg],
-) -> Result<()> {
-    program.check_kernel(kernel)?;
-    let inner = program.shared();
-    if let Some(q) = queue {
-        inner.check_queue(q)?;
-    }
-    // SAFETY: the caller's contract.
-    unsafe { inner.launch(kernel, dims, args, queue.map(Queue::handle)) }
 }

@@ -1,13 +1,12 @@
 //! Kernels with their parameter types in Rust: `program.kernel("saxpy")?.typed::<(i32, f32,
 //! In<f32>, Out<f32>)>()?` checks once that the kernel's `OFFLOAD_PARAMS` record has these
-//! types, and then `saxpy.launch(dims, (n, 2.0, &x, &mut y))` is type-checked by the compiler:
-//! a buffer where the kernel takes an `int`, an `f64` buffer where it takes `float *`, or a
-//! shared borrow where it writes, do not compile. A buffer parameter takes a whole buffer or a
+//! types, and then `saxpy.launch(dims, (n, 2.0, &x, &mut y)).run()` is type-checked by the
+//! compiler: a buffer where the kernel takes an `int`, an `f64` buffer where it takes `float *`,
+//! or a shared borrow where it writes, do not compile. A buffer parameter takes a whole buffer or a
 //! range of one (`x.slice(..n)`, `y.slice_mut(n..)`: [`ParamValue`]). Each launch still checks
 //! the extents (`float y[n]`) against the buffers or ranges, as [`crate::Launch::run`] does.
 
 use crate::Kernel;
-use crate::LaunchQueue;
 use crate::buffer::{BufferView, BufferViewMut, DeviceBuffer, DeviceCopy, HostBuffer};
 use crate::launch::Launch;
 use crate::params::{CType, ParamKind};
@@ -260,23 +259,16 @@ impl<P: ParamTypes> TypedKernel<P> {
         &self.kernel
     }
 
-    /// Launches it with these arguments and waits for it; the extents are checked against
-    /// the buffers first ([`crate::Launch::run`]).
-    pub fn launch<'a>(&self, dims: LaunchDims, args: impl ParamValues<'a, P>) -> Result<()> {
-        let mut launch = self.kernel.launch(dims);
-        args.push(&mut launch);
-        launch.run()
-    }
-
-    /// Enqueues it on `queue` ([`crate::Launch::run_on`]).
-    pub fn launch_on<'a, Q: LaunchQueue<'a>>(
-        &self,
-        queue: Q,
+    /// A launch of it with these arguments: [`crate::Launch::run`] it (checked: the extents
+    /// against the buffers), after [`crate::Launch::on`] a queue to enqueue it.
+    #[inline]
+    pub fn launch<'k, 'a>(
+        &'k self,
         dims: LaunchDims,
         args: impl ParamValues<'a, P>,
-    ) -> Result<()> {
+    ) -> Launch<'k, 'a> {
         let mut launch = self.kernel.launch(dims);
         args.push(&mut launch);
-        launch.run_on(queue)
+        launch
     }
 }

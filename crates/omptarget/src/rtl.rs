@@ -280,7 +280,7 @@ impl OmpDevice {
         let init = g.family.ctor_kernels().0;
         if let Ok(k) = program.kernel(init) {
             // SAFETY: the init kernel takes no arguments and runs the image's constructors.
-            unsafe { offload::raw::launch(program, None, &k, &LaunchDims::linear(1, 1), &[]) }
+            unsafe { k.launch(LaunchDims::linear(1, 1)).unchecked().run() }
                 .map_err(|e| format!("running the constructors ({init}): {e}"))?;
         }
         Ok(())
@@ -797,9 +797,7 @@ impl Rtl {
                     let fini = g.family.ctor_kernels().1;
                     if let Ok(k) = program.kernel(fini) {
                         // SAFETY: the fini kernel takes no arguments.
-                        let _ = unsafe {
-                            offload::raw::launch(program, None, &k, &LaunchDims::linear(1, 1), &[])
-                        };
+                        let _ = unsafe { k.launch(LaunchDims::linear(1, 1)).unchecked().run() };
                     }
                 }
                 for p in st.image_memory.remove(&img).unwrap_or_default() {
@@ -1047,12 +1045,8 @@ impl Rtl {
             }
             return Err(why);
         };
-        // A clone: an unregistration on another thread cannot unload it under this launch.
-        let program = st
-            .loaded
-            .get(&k.image)
-            .expect("kernels belong to loaded images")
-            .clone();
+        // A clone: its `Kernel` keeps the program loaded, so an unregistration on another
+        // thread cannot unload it under this launch.
         let k = k.clone();
         drop(st);
         match &dev.gpu {
@@ -1072,11 +1066,15 @@ impl Rtl {
                 // mapped at the size the program states), so the arguments are the kernel's
                 // parameters.
                 unsafe {
-                    offload::raw::launch(&program, None, &k.kernel, &LaunchDims::linear(1, 1), &a)
+                    k.kernel
+                        .launch(LaunchDims::linear(1, 1))
+                        .args_raw(&a)
+                        .unchecked()
+                        .run()
                 }
                 .map_err(|e| format!("kernel {} on device {}: {e}", k.name, dev.id))
             }
-            Some(g) => self.launch_gpu(work, g, &program, &k, args, request),
+            Some(g) => self.launch_gpu(work, g, &k, args, request),
         }
     }
 
@@ -1084,7 +1082,6 @@ impl Rtl {
         &self,
         work: &nowait::Work,
         g: &GpuDevice,
-        program: &Program,
         k: &LoadedKernel,
         args: &[KernelArg],
         request: &LaunchRequest,
@@ -1148,9 +1145,9 @@ impl Rtl {
                 // SAFETY: as on the host: the compiler made the kernel and its arguments
                 // together; on a queue, what the arguments point to lives until the construct's
                 // work has run (`nowait::Work` frees it only then).
-                Some(q) => unsafe { offload::raw::launch(program, Some(q), &k.kernel, &dims, &a) },
+                Some(q) => unsafe { k.kernel.launch(dims).args_raw(&a).unchecked().on(q).run() },
                 // SAFETY: as on the host.
-                None => unsafe { offload::raw::launch(program, None, &k.kernel, &dims, &a) },
+                None => unsafe { k.kernel.launch(dims).args_raw(&a).unchecked().run() },
             }
             .map_err(|e| e.to_string())
         })()

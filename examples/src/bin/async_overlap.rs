@@ -45,7 +45,8 @@ fn main() -> offload::Result<()> {
                             .arg(2.0f32)
                             .arg(dx.slice(range.clone())?)
                             .arg(dy.slice(range.clone())?)
-                            .run_on(s)?;
+                            .on(s)
+                            .run()?;
                         s.read(host_out, dy.slice(range)?)?;
                     }
                     Ok(())

@@ -43,13 +43,10 @@ fn main() -> ExitCode {
                             let k = p.kernel("which")?;
                             // SAFETY: the buffers are as long as the kernel touches for these arguments.
                             unsafe {
-                                offload::raw::launch(
-                                    &p,
-                                    None,
-                                    &k,
-                                    &LaunchDims::linear(2, 32),
-                                    &[KernelArg::Ptr(out.ptr())],
-                                )
+                                k.launch(LaunchDims::linear(2, 32))
+                                    .args_raw(&[KernelArg::Ptr(out.ptr())])
+                                    .unchecked()
+                                    .run()
                             }
                         });
                         let mut raw = vec![0u8; 256];

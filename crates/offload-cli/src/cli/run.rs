@@ -159,7 +159,7 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
     // checks the shape and, on the host, that pointers point into live allocations (the
     // buffers above, each as large as the user asked); how far the kernel goes from them is
     // the user's statement (a host kernel that faults is an error of this launch).
-    unsafe { offload::raw::launch(&program, None, &kernel, &dims, &kernel_args) }
+    unsafe { kernel.launch(dims).args_raw(&kernel_args).unchecked().run() }
         .map_err(|e| e.context(format!("launch of '{}' ({dims}) on {device}", a.kernel)))?;
     drop(watchdog);
     let launch_ms = phase("launch", t, Instant::now());
