@@ -19,7 +19,9 @@
  *     read-only pages ("lock-refused", as the kernel driver registers host memory for writing);
  *   - faults as ROCr reports them: FAKE_HSA_FAULT=name:memory calls the system event handlers
  *     and aborts the process unless one returns success; name:queue calls the queue's error
- *     callback; more than 64 KiB of LDS is a queue error; a stopped queue completes nothing.
+ *     callback; more than 64 KiB of LDS is a queue error; a stopped queue completes nothing;
+ *     FAKE_HSA_COPY_HANGS=N faults the GPU on a copy of N bytes and holds the copy, which runs
+ *     (writes late) when the test calls fake_hsa_finish_held_copies.
  * Each dispatch is logged with its shape, its segment sizes and every byte of its kernel
  * arguments; most kernels then do nothing, add_k computes (run_dispatch). */
 
@@ -730,6 +732,23 @@ static pthread_cond_t dma_cv = PTHREAD_COND_INITIALIZER;
 static int dma_started;
 static pthread_t dma_thread;
 
+/* Copies FAKE_HSA_COPY_HANGS holds: the engine stopped on them, and they run only when the
+ * test calls fake_hsa_finish_held_copies. */
+static struct dma *held;
+
+/* Runs one copy: its bytes, then its completion signal. */
+static void dma_run(struct dma *d) {
+  pthread_mutex_lock(&lock);
+  int ok = find((uintptr_t)d->dst, d->size) && find((uintptr_t)d->src, d->size);
+  pthread_mutex_unlock(&lock);
+  if (ok)
+    engine_copy(d->dst, d->src, d->size);
+  else
+    say("use-after-free copy 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)d->dst, (unsigned long)(uintptr_t)d->src, d->size);
+  signal_add(d->done, -1);
+  free(d);
+}
+
 static void *dma_engine(void *arg) {
   (void)arg;
   for (;;) {
@@ -742,17 +761,40 @@ static void *dma_engine(void *arg) {
       dma_tail = 0;
     pthread_mutex_unlock(&dma_lock);
     pause_a_little();
-    pthread_mutex_lock(&lock);
-    int ok = find((uintptr_t)d->dst, d->size) && find((uintptr_t)d->src, d->size);
-    pthread_mutex_unlock(&lock);
-    if (ok)
-      engine_copy(d->dst, d->src, d->size);
-    else
-      say("use-after-free copy 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)d->dst, (unsigned long)(uintptr_t)d->src, d->size);
-    signal_add(d->done, -1);
-    free(d);
+    /* FAKE_HSA_COPY_HANGS=N: a copy of N bytes faults the GPU and hangs, as a DMA engine
+     * caught in a fault may: its completion signal does not come, and it may still write
+     * (fake_hsa_finish_held_copies makes it). */
+    const char *hang = getenv("FAKE_HSA_COPY_HANGS");
+    if (hang && (size_t)atoll(hang) == d->size) {
+      say("copy-hangs 0x%lx 0x%lx %zu\n", (unsigned long)(uintptr_t)d->dst, (unsigned long)(uintptr_t)d->src, d->size);
+      pthread_mutex_lock(&dma_lock);
+      d->next = held;
+      held = d;
+      pthread_mutex_unlock(&dma_lock);
+      memory_fault(0xdead1000);
+      continue;
+    }
+    dma_run(d);
   }
   return 0;
+}
+
+/* For tests: runs the copies FAKE_HSA_COPY_HANGS held, now (a hung engine writing late), and
+ * says how many there were. */
+int fake_hsa_finish_held_copies(void) {
+  pthread_mutex_lock(&dma_lock);
+  struct dma *d = held;
+  held = 0;
+  pthread_mutex_unlock(&dma_lock);
+  int n = 0;
+  while (d) {
+    struct dma *next = d->next;
+    say("copy-finishes-late 0x%lx %zu\n", (unsigned long)(uintptr_t)d->dst, d->size);
+    dma_run(d);
+    d = next;
+    ++n;
+  }
+  return n;
 }
 
 hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const void *src, hsa_agent_t src_agent, size_t size, uint32_t n, const hsa_signal_t *deps, hsa_signal_t completion) {

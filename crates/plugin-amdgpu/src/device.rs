@@ -2,8 +2,11 @@
 //!
 //! Memory comes from the agent's coarse-grained global pool (device memory) and the CPU's
 //! fine-grained pool (pinned host and shared memory); kernel arguments from the CPU's kernarg
-//! pool. Copies use the agent's DMA engines (`hsa_amd_memory_async_copy`), with their host side
-//! locked for the agent unless the runtime allocated or locked it already. A GPU memory fault
+//! pool. Copies use the agent's DMA engines (`hsa_amd_memory_async_copy`). A copy from the host
+//! locks its host side for the agent unless the runtime allocated or locked it already; a copy
+//! to host memory the runtime did not allocate goes through a pinned staging buffer, which the
+//! CPU copies out of once the DMA has completed ([`AmdDevice::copy_to_host`]), so that a copy
+//! that never settles cannot write memory the program has been given back. A GPU memory fault
 //! is recorded by the plugin's system event handler and fails the device's work from then on,
 //! instead of ending the process. A queue of the layer owns an HSA queue; work without a queue
 //! runs on a queue of the device's own. Each operation waits for its completion signal, so memory
@@ -28,6 +31,10 @@ use offload_plugin_common::{DeviceBackend, Fit, Op};
 use std::ffi::{CString, c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// The largest staging buffer of a copy to host memory the runtime did not allocate
+/// ([`AmdDevice::copy_to_host`]): a longer copy goes through it in chunks.
+const STAGING_CHUNK: usize = 64 << 20;
 
 /// Packets in each HSA queue (each operation waits for its own, so few are ever in flight).
 const QUEUE_PACKETS: u32 = 256;
@@ -567,15 +574,15 @@ impl AmdDevice {
     /// finished; memory locked by someone else (the application) is used if this agent may
     /// reach it; other memory is locked for the copy and unlocked after it. Memory the runtime
     /// cannot lock (read-only pages: the kernel driver registers host memory for writing) is
-    /// the source of a copy to the device through a pinned staging buffer (`source`); as a
-    /// destination it is an error. `f` also says whether its copy is settled (completed, or
-    /// never started); what an unsettled copy used (a lock, a staging buffer) is left as it is,
-    /// since the DMA engine may still be at it.
+    /// copied through a pinned staging buffer. `f` copies from the memory (the source of a
+    /// copy to the device: a DMA that does not settle may still read it, never write it), and
+    /// also says whether its copy is settled (completed, or never started); what an unsettled
+    /// copy used (a lock, a staging buffer) is left as it is, since the DMA engine may still be
+    /// at it.
     fn with_locked<T>(
         &self,
         host: *mut c_void,
         len: usize,
-        source: bool,
         f: impl FnOnce(*mut c_void) -> Settled<T>,
     ) -> Result<T> {
         let start = host as usize;
@@ -648,11 +655,6 @@ impl AmdDevice {
             };
             if let Err(e) = locked {
                 drop(locks);
-                if !source {
-                    return Err(e.context(format!(
-                        "the host memory at {host:p} ({len} bytes) to copy into cannot be locked"
-                    )));
-                }
                 return self.staged(host, len, f).map_err(|staging| {
                     e.context(format!(
                         "the host memory at {host:p} ({len} bytes) cannot be locked, nor \
@@ -681,6 +683,87 @@ impl AmdDevice {
         let (out, settled) = f(agent_ptr as *mut c_void);
         using.settled = settled;
         settle((out, settled))
+    }
+
+    /// Copies `len` bytes from device memory `src` to `host`. Memory the runtime allocated
+    /// (pinned host and shared memory: a buffer of the layer, which quarantines it with the
+    /// operation if the copy does not settle) is the DMA's destination as it is. Any other
+    /// memory is the program's own, and the program has it back when the call returns,
+    /// settled or not: the DMA fills a pinned staging buffer of at most [`STAGING_CHUNK`]
+    /// bytes, chunk by chunk, and the CPU copies each chunk out once its DMA has completed. A
+    /// chunk whose DMA does not settle leaves the staging buffer allocated for good (the engine
+    /// may still write it) and the program's memory as far as the completed chunks filled it.
+    fn copy_to_host(&self, host: *mut c_void, src: *const c_void, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (info, reachable) = self.pointer_info(host)?;
+        let start = host as usize;
+        let inside = !info.agent_base.is_null()
+            && start >= info.host_base as usize
+            && start.saturating_add(len)
+                <= (info.host_base as usize).saturating_add(info.size_in_bytes);
+        if inside && info.kind == hsa::pointer_type::HSA {
+            if !reachable {
+                // SAFETY: memory the runtime allocated, live (the copy's contract).
+                unsafe {
+                    self.hsa.hsa_amd_agents_allow_access(
+                        1,
+                        &self.agent,
+                        std::ptr::null(),
+                        info.host_base,
+                    )?
+                };
+            }
+            let at = info
+                .agent_base
+                .cast::<u8>()
+                .wrapping_add(start - info.host_base as usize)
+                .cast();
+            return settle(self.dma(at, self.cpu, src, self.agent, len));
+        }
+        let chunk = len.min(STAGING_CHUNK);
+        let staging = self.alloc(chunk as u64, MemoryKind::Host).map_err(|e| {
+            e.context(format!(
+                "a staging buffer of {chunk} bytes for a copy of {len} bytes to the host"
+            ))
+        })?;
+        let at = staging.0 as *mut c_void;
+        let mut done = 0;
+        while done < len {
+            let n = chunk.min(len - done);
+            // `src + done` stays inside the copy's source (its contract).
+            let from = src.cast::<u8>().wrapping_add(done).cast();
+            match self.dma(at, self.cpu, from, self.agent, n) {
+                (Ok(()), _) => {
+                    // SAFETY: the DMA into the staging buffer has completed; `host` is
+                    // writable for `len` bytes (the copy's contract) and is not the staging
+                    // buffer, which this call allocated.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            at.cast::<u8>(),
+                            host.cast::<u8>().add(done),
+                            n,
+                        )
+                    };
+                    done += n;
+                }
+                (Err(e), settled) => {
+                    if settled {
+                        // The engine is done with it (the copy never started, or ended).
+                        self.free(staging, chunk as u64, MemoryKind::Host);
+                    }
+                    let e = if done == 0 {
+                        e
+                    } else {
+                        e.context(format!("after {done} of {len} bytes reached the host"))
+                    };
+                    return settle((Err(e), settled));
+                }
+            }
+        }
+        self.free(staging, chunk as u64, MemoryKind::Host);
+        Ok(())
     }
 
     /// Runs `f` on a pinned copy of `host..host+len` (the source of a copy to the device): host
@@ -1289,15 +1372,11 @@ impl DeviceBackend for AmdDevice {
             return Err(e);
         }
         match op {
-            Op::CopyToDevice { dst, src, len } => {
-                self.with_locked(src.0.cast(), len, true, |host| {
-                    self.dma(dst.0 as *mut c_void, self.agent, host, self.cpu, len)
-                })
-            }
+            Op::CopyToDevice { dst, src, len } => self.with_locked(src.0.cast(), len, |host| {
+                self.dma(dst.0 as *mut c_void, self.agent, host, self.cpu, len)
+            }),
             Op::CopyFromDevice { dst, src, len } => {
-                self.with_locked(dst.0.cast(), len, false, |host| {
-                    self.dma(host, self.cpu, src.0 as *const c_void, self.agent, len)
-                })
+                self.copy_to_host(dst.0.cast(), src.0 as *const c_void, len)
             }
             Op::CopyDeviceToDevice { dst, src, len } => {
                 let len = usize::try_from(len).map_err(|_| {
