@@ -20,7 +20,9 @@
  *     FAKE_ZE_FAULT) loses the device: the wait returns ZE_RESULT_ERROR_DEVICE_LOST, and so
  *     does every later wait; after a launch of the kernel FAKE_ZE_SYNC_GIVES_UP="name:status"
  *     names, the next host wait for an event returns `status` at once, without waiting (the
- *     work still runs, later);
+ *     work still runs, later); FAKE_ZE_COPY_HANGS=N holds a copy of N bytes instead of running
+ *     it, the next host wait gives up (ZE_RESULT_NOT_READY), and the copy runs, writing late,
+ *     when the test calls fake_ze_finish_held_copies;
  *   - memory: device, host and shared allocations from the heap, FAKE_ZE_MEMORY bytes of
  *     device memory at most (ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY beyond), frees of anything
  *     not allocated logged ("bad-free"), copies outside allocations logged ("bad-copy"), and
@@ -749,7 +751,25 @@ struct op {
   struct kernel snapshot;
   uint32_t groups[3];
   struct event *event;
+  int hangs; /* FAKE_ZE_COPY_HANGS: held instead of run, until fake_ze_finish_held_copies */
 };
+
+/* The copies FAKE_ZE_COPY_HANGS held, and how many were appended (under `lock`). */
+static struct op *held_copies;
+static int hangs_appended, hangs_held;
+
+/* A copy's bytes, if both sides are still there: one side may be the caller's pageable
+ * memory; a side that was an allocation must still be one (the plugin keeps it until the list
+ * has run). */
+static void copy_now(struct op *o) {
+  pthread_mutex_lock(&lock);
+  int ok = inside(o->dst, o->n) || inside(o->src, o->n);
+  pthread_mutex_unlock(&lock);
+  if (!ok)
+    say("use-after-free copy 0x%lx 0x%lx %zu\n", (unsigned long)o->dst, (unsigned long)o->src, o->n);
+  else
+    engine_copy((unsigned char *)o->dst, (const unsigned char *)o->src, o->n);
+}
 
 struct list {
   struct device *device;
@@ -828,16 +848,17 @@ static void run_op(struct list *l, struct op *o, long delay) {
     nanosleep(&t, 0);
   }
   if (!lost) {
-    if (o->type == 0) {
+    if (o->type == 0 && o->hangs) {
+      say("copy-hangs 0x%lx 0x%lx %zu\n", (unsigned long)o->dst, (unsigned long)o->src, o->n);
+      struct op *h = malloc(sizeof *h);
+      *h = *o;
       pthread_mutex_lock(&lock);
-      int ok = inside(o->dst, o->n) || inside(o->src, o->n);
+      h->next = held_copies;
+      held_copies = h;
+      ++hangs_held;
       pthread_mutex_unlock(&lock);
-      /* One side may be the caller's pageable memory; a side that was an allocation must
-       * still be one (the plugin keeps it until the list has run). */
-      if (!ok)
-        say("use-after-free copy 0x%lx 0x%lx %zu\n", (unsigned long)o->dst, (unsigned long)o->src, o->n);
-      else
-        engine_copy((unsigned char *)o->dst, (const unsigned char *)o->src, o->n);
+    } else if (o->type == 0) {
+      copy_now(o);
     } else if (o->type == 1) {
       run_kernel(l, o);
     }
@@ -1000,9 +1021,51 @@ static ze_result_t ZE_APICALL f_append_copy(ze_command_list_handle_t lh, void *d
   o->dst = (uintptr_t)dst;
   o->src = (uintptr_t)src;
   o->n = n;
+  /* FAKE_ZE_COPY_HANGS=N: a copy of N bytes hangs in the copy engine; the next host wait gives
+   * up (ZE_RESULT_NOT_READY), and the copy may still write (fake_ze_finish_held_copies). */
+  const char *hang = getenv("FAKE_ZE_COPY_HANGS");
+  if (hang && (size_t)strtoull(hang, 0, 10) == n) {
+    o->hangs = 1;
+    pthread_mutex_lock(&lock);
+    ++hangs_appended;
+    pthread_mutex_unlock(&lock);
+    atomic_store(&give_up_next_sync, ZE_RESULT_NOT_READY);
+  }
   say("copy %zu\n", n);
   enqueue((struct list *)lh, o);
   return ZE_RESULT_SUCCESS;
+}
+
+/* For tests: runs the copies FAKE_ZE_COPY_HANGS held, now (a hung engine writing late), once
+ * every such copy appended has reached the engine, and says how many there were. */
+EXPORT int fake_ze_finish_held_copies(void) {
+  pthread_mutex_lock(&lock);
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  while (hangs_held < hangs_appended) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec > 60) {
+      say("hang: a held copy never reached the copy engine\n");
+      break;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    pthread_cond_timedwait(&changed, &lock, &until);
+  }
+  struct op *o = held_copies;
+  held_copies = 0;
+  pthread_mutex_unlock(&lock);
+  int n = 0;
+  while (o) {
+    struct op *next = o->next;
+    say("copy-finishes-late 0x%lx %zu\n", (unsigned long)o->dst, o->n);
+    copy_now(o);
+    free(o);
+    o = next;
+    ++n;
+  }
+  return n;
 }
 
 static ze_result_t ZE_APICALL f_append_launch(ze_command_list_handle_t lh, ze_kernel_handle_t kh, const ze_group_count_t *g, ze_event_handle_t sig, uint32_t nw, ze_event_handle_t *waits) {

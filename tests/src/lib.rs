@@ -974,6 +974,71 @@ pub fn frees_of(lines: &[String], at: u64) -> usize {
         .count()
 }
 
+/// A read of 1000 `u32`s into the program's own memory (synchronous, or queued in a scope
+/// that lends the memory) on a fake driver set to hang copies of 4000 bytes: it must return an
+/// unsettled error. Then the fake's `finish` function (in library `fake`) makes the hung copy
+/// write, late, as an engine caught in a fault may: it must miss the program's memory (the
+/// copy went to staging memory), and neither its staging memory nor the device buffer it
+/// reads may have been freed (no "use-after-free", no free of either in `log`). Returns the
+/// read's error.
+pub fn hung_read(
+    device: &offload::Device,
+    fake: &Path,
+    finish: &str,
+    queued: bool,
+    log: &Path,
+) -> offload::Error {
+    let n = 1000usize;
+    let dbuf = device.upload(&vec![7u32; 2 * n]).unwrap();
+    let mut host = vec![0xabad_1deau32; n];
+    let part = dbuf.slice(..n).unwrap();
+    let e = if queued {
+        let queue = device.queue().unwrap();
+        queue.scope(|s| s.read(&mut host, part)).unwrap_err()
+    } else {
+        part.read(&mut host).unwrap_err()
+    };
+    assert!(e.is_unsettled(), "{e:?}");
+    drop(dbuf);
+    // SAFETY: the fake driver the plugin has loaded (the same path, so the same library);
+    // `finish` takes nothing and runs the copies it held.
+    let finished = unsafe {
+        let lib = libloading::Library::new(fake).unwrap();
+        let finish = lib
+            .get::<unsafe extern "C" fn() -> i32>(finish.as_bytes())
+            .unwrap();
+        finish()
+    };
+    assert_eq!(finished, 1);
+    assert!(
+        host.iter().all(|&v| v == 0xabad_1dea),
+        "the late copy wrote the program's memory"
+    );
+    let lines = log_lines(log);
+    let hung: Vec<u64> = lines
+        .iter()
+        .find_map(|l| {
+            let rest = l.strip_prefix("copy-hangs ")?;
+            Some(
+                rest.split(' ')
+                    .take(2)
+                    .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap())
+                    .collect(),
+            )
+        })
+        .unwrap_or_else(|| panic!("no copy hung: {lines:#?}"));
+    let (staging, source) = (hung[0], hung[1]);
+    assert_ne!(staging, host.as_ptr() as u64);
+    assert_eq!(frees_of(&lines, staging), 0, "{lines:#?}");
+    assert_eq!(frees_of(&lines, source), 0, "{lines:#?}");
+    let bad: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("use-after-free") || l.starts_with("bad-"))
+        .collect();
+    assert!(bad.is_empty(), "{bad:?}");
+    e
+}
+
 /// The checks of a [`LaunchFailure`]: an unsettled failure leaves the buffer unfreed for good
 /// and the device failed, naming why; a settled one frees it once. No work ran on freed
 /// memory either way.

@@ -995,69 +995,21 @@ fn a_queued_copy_to_lent_host_memory_that_never_settles_cannot_write_it_either()
     hung_copy_to_the_host("hsa-queued-copy-hangs", true);
 }
 
-/// The DMA of a read (synchronous, or on a queue in a scope that lends it host memory)
-/// faults the GPU and hangs (FAKE_HSA_COPY_HANGS): the read returns an unsettled error and the
-/// program has its memory back, while the engine may still write. When it does
-/// (fake_hsa_finish_held_copies), it writes the staging buffer, which is never freed, as the
-/// device buffer it reads from is not, and not the program's memory.
+/// A read whose DMA faults the GPU and hangs (FAKE_HSA_COPY_HANGS), [`hung_read`].
 fn hung_copy_to_the_host(tag: &str, queued: bool) {
-    let n = 1000usize;
     let log = log_file(tag);
     let rt = in_process(&log, &[("FAKE_HSA_COPY_HANGS", "4000")]);
     let device = rt.device("amdgpu", 0).unwrap();
-    let dbuf = device.upload(&vec![7u32; 2 * n]).unwrap();
-    let mut host = vec![0xabad_1deau32; n];
-    let part = dbuf.slice(..n).unwrap();
-    let e = if queued {
-        let queue = device.queue().unwrap();
-        queue.scope(|s| s.read(&mut host, part)).unwrap_err()
-    } else {
-        part.read(&mut host).unwrap_err()
-    };
-    assert!(e.is_unsettled(), "{e:?}");
+    let e = hung_read(
+        &device,
+        &fake_hsa_runtime(),
+        "fake_hsa_finish_held_copies",
+        queued,
+        &log,
+    );
     assert!(e.to_string().contains("memory access fault"), "{e}");
     let later = device.alloc::<u32>(4).map(drop).unwrap_err();
     assert!(later.to_string().contains("memory access fault"), "{later}");
-    drop(dbuf);
-    // The hung engine writes now, late.
-    // SAFETY: the fake runtime the plugin has loaded; the function takes nothing and runs
-    // the copies it held.
-    let finished = unsafe {
-        let lib = libloading::Library::new(fake_hsa_runtime()).unwrap();
-        let finish = lib
-            .get::<unsafe extern "C" fn() -> i32>(b"fake_hsa_finish_held_copies")
-            .unwrap();
-        finish()
-    };
-    assert_eq!(finished, 1);
-    assert!(
-        host.iter().all(|&v| v == 0xabad_1dea),
-        "the late DMA wrote the program's memory"
-    );
-    drop(device);
-    drop(rt);
-    let lines = log_lines(&log);
-    let hung: Vec<u64> = lines
-        .iter()
-        .find_map(|l| {
-            let rest = l.strip_prefix("copy-hangs ")?;
-            Some(
-                rest.split(' ')
-                    .take(2)
-                    .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap())
-                    .collect(),
-            )
-        })
-        .unwrap_or_else(|| panic!("no copy hung: {lines:#?}"));
-    let (staging, source) = (hung[0], hung[1]);
-    assert_ne!(staging, host.as_ptr() as u64);
-    assert_eq!(frees_of(&lines, staging), 0, "{lines:#?}");
-    assert_eq!(frees_of(&lines, source), 0, "{lines:#?}");
-    let late: Vec<&String> = lines
-        .iter()
-        .filter(|l| l.starts_with("use-after-free") || l.starts_with("bad-"))
-        .collect();
-    assert!(late.is_empty(), "{late:?}");
 }
 
 #[test]

@@ -807,6 +807,103 @@ fn a_wait_that_gives_up_quarantines_the_memory_of_the_work_and_fails_the_device(
 }
 
 #[test]
+fn a_copy_to_the_host_whose_wait_gives_up_can_write_its_staging_memory_only() {
+    hung_copy_to_the_host("copy-hangs", false);
+}
+
+#[test]
+fn a_queued_copy_to_lent_host_memory_whose_wait_gives_up_cannot_write_it_either() {
+    hung_copy_to_the_host("queued-copy-hangs", true);
+}
+
+/// A read whose copy hangs and whose wait gives up (FAKE_ZE_COPY_HANGS), [`hung_read`].
+fn hung_copy_to_the_host(tag: &str, queued: bool) {
+    let log = log_file(tag);
+    let rt = in_process(&log, &[("FAKE_ZE_COPY_HANGS", "4000")]);
+    let device = rt.device("level-zero", 0).unwrap();
+    hung_read(
+        &device,
+        &fake_ze_driver(),
+        "fake_ze_finish_held_copies",
+        queued,
+        &log,
+    );
+    let lines = log_lines(&log);
+    assert!(
+        lines.iter().any(|l| l == "event-sync-gives-up 0x1"),
+        "{lines:#?}"
+    );
+    let later = device.alloc::<u32>(4).map(drop).unwrap_err();
+    assert!(
+        later
+            .to_string()
+            .contains("failed for good by an operation that did not settle"),
+        "{later}"
+    );
+}
+
+#[test]
+fn copies_to_pageable_host_memory_are_staged_in_chunks_and_queued_ones_wait() {
+    // A copy to the program's own memory fills a host allocation, which the CPU copies out
+    // of after a drain; a longer one than the staging allocation (64 MiB) goes in chunks, and
+    // every byte arrives; on a queue too, after the queue's earlier work.
+    let log = log_file("staged-reads");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("level-zero", 0).unwrap();
+    let n = (64 << 20) / 4 + 3000;
+    let v: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+    let dbuf = device.upload(&v).unwrap();
+    let mut back = vec![0u32; n];
+    dbuf.read(&mut back).unwrap();
+    assert!(
+        back == v,
+        "the chunked copy to the host lost or moved bytes"
+    );
+    let queue = device.queue().unwrap();
+    let mut part = vec![0u32; 1000];
+    let mut pinned = device.alloc_host::<u32>(1000).unwrap();
+    queue
+        .scope(|s| {
+            s.read(&mut part, dbuf.slice(1000..2000)?)?;
+            s.read(pinned.as_mut_slice()?, dbuf.slice(1000..2000)?)
+        })
+        .unwrap();
+    assert_eq!(part, v[1000..2000]);
+    assert_eq!(pinned.as_slice().unwrap(), &v[1000..2000]);
+    let pinned_at = pinned.as_slice().unwrap().as_ptr() as u64;
+    drop((pinned, dbuf, queue, device, rt));
+    let lines = log_lines(&log);
+    // Host allocations (kind 2) of `bytes`, other than the program's own pinned buffer: the
+    // staging ones, each freed once.
+    let staging = |bytes: usize| -> Vec<u64> {
+        lines
+            .iter()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("alloc 2 0x")?;
+                let (at, size) = rest.split_once(' ')?;
+                let at = u64::from_str_radix(at, 16).ok()?;
+                (size == bytes.to_string() && at != pinned_at).then_some(at)
+            })
+            .collect()
+    };
+    let chunked = staging(64 << 20);
+    assert_eq!(chunked.len(), 1, "{lines:#?}");
+    assert_eq!(frees_of(&lines, chunked[0]), 1, "{lines:#?}");
+    let chunk = lines
+        .iter()
+        .position(|l| *l == format!("copy {}", 64 << 20));
+    let rest = lines.iter().position(|l| l == "copy 12000");
+    assert!(
+        matches!((chunk, rest), (Some(a), Some(b)) if a < b),
+        "{lines:#?}"
+    );
+    let queued = staging(4000);
+    assert_eq!(queued.len(), 1, "the queued read into `part`: {lines:#?}");
+    assert_eq!(frees_of(&lines, queued[0]), 1, "{lines:#?}");
+    assert_contracts_kept(&lines, "staged copies to the host");
+}
+
+#[test]
 fn a_lost_device_is_settled_and_the_memory_of_its_work_is_freed() {
     let (failure, lines) = add_k_failure("lost-settled", ("FAKE_ZE_FAULT", "add_k"), true);
     assert!(lines.iter().any(|l| l == "device-lost add_k"), "{lines:#?}");

@@ -11,6 +11,13 @@
 //! releases what the operations used. Work without a queue goes through an immediate list of the device's own and is waited
 //! for the same way, operation by operation.
 //!
+//! A copy to host memory that is not a host or shared allocation of this device (the
+//! program's own memory) goes through a host allocation ([`ZeDevice::copy_to_host`]): the copy
+//! engine fills it, the stream is drained, and the CPU copies it out, so a copy whose wait
+//! gives up can write only the staging memory, which is then never freed, not memory the
+//! program has been given back. Such a copy is synchronous on a queue too (CUDA's driver
+//! treats a copy to pageable memory the same way).
+//!
 //! Kernel arguments are state of the kernel object (`zeKernelSetArgumentValue`, captured when
 //! the launch is appended): the arguments, the group size and the append happen under the
 //! kernel's lock, so launches of one kernel from several threads do not mix their arguments.
@@ -230,6 +237,9 @@ pub struct ZeDevice {
     /// The largest single allocation (`maxMemAllocSize`; 0 if the driver does not say).
     max_alloc: u64,
     own: Mutex<Option<Arc<Stream>>>,
+    /// The live host and shared allocations of this device, start to length: a copy to the
+    /// host writes these in place; any other host memory is staged.
+    host_memory: Mutex<std::collections::BTreeMap<usize, usize>>,
 }
 
 impl std::fmt::Debug for ZeDevice {
@@ -366,6 +376,7 @@ impl ZeDevice {
             max_shared: compute.max_shared_local_memory,
             max_alloc: props.max_mem_alloc_size,
             own: Mutex::new(None),
+            host_memory: Mutex::default(),
         })
     }
 
@@ -778,10 +789,16 @@ impl DeviceBackend for ZeDevice {
                 )?,
             }
         };
+        if kind != MemoryKind::Device {
+            offload_core::sync::lock(&self.host_memory).insert(p as usize, bytes);
+        }
         Ok(DevicePtr(p as u64))
     }
 
-    fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
+    fn free(&self, ptr: DevicePtr, _size: u64, kind: MemoryKind) {
+        if kind != MemoryKind::Device {
+            offload_core::sync::lock(&self.host_memory).remove(&(ptr.0 as usize));
+        }
         // SAFETY: an allocation of this context, freed once, after the last operation using
         // it completed.
         let _ = unsafe { self.ze.zeMemFree(self.context.handle, ptr.0 as *mut c_void) };
@@ -828,12 +845,92 @@ impl DeviceBackend for ZeDevice {
                 (&*own, true)
             }
         };
+        if let Op::CopyFromDevice { dst, src, len } = op
+            && !self.is_host_allocation(dst.0 as usize, len)
+        {
+            return self.copy_to_host(stream, dst.0.cast(), src, len);
+        }
         self.append(op, stream)?;
         if wait { stream.drain() } else { Ok(()) }
     }
 }
 
+/// The largest staging allocation of a copy to the program's own host memory
+/// ([`ZeDevice::copy_to_host`]): a longer copy goes through it in chunks.
+const STAGING_CHUNK: usize = 64 << 20;
+
 impl ZeDevice {
+    /// Whether `start..start+len` lies in one host or shared allocation of this device.
+    fn is_host_allocation(&self, start: usize, len: usize) -> bool {
+        let memory = offload_core::sync::lock(&self.host_memory);
+        memory
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(&at, &bytes)| start.saturating_add(len) <= at.saturating_add(bytes))
+    }
+
+    /// Copies `len` bytes from device memory `src` to the program's own host memory `host`,
+    /// after the stream's earlier work: through a host allocation of at most
+    /// [`STAGING_CHUNK`] bytes, chunk by chunk, each appended, drained and copied out by the
+    /// CPU. A drain that does not settle leaves the staging allocation for good (the copy
+    /// engine may still write it) and `host` as far as the completed chunks filled it.
+    fn copy_to_host(
+        &self,
+        stream: &Stream,
+        host: *mut u8,
+        src: DevicePtr,
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let chunk = len.min(STAGING_CHUNK);
+        let staging = self.alloc(chunk as u64, MemoryKind::Host).map_err(|e| {
+            e.context(format!(
+                "a staging buffer of {chunk} bytes for a copy of {len} bytes to the host"
+            ))
+        })?;
+        let free = || self.free(staging, chunk as u64, MemoryKind::Host);
+        let mut done = 0;
+        while done < len {
+            let n = chunk.min(len - done);
+            let appended = stream.append("copy from the device", |list| {
+                // SAFETY: the staging allocation holds `n` bytes and the source range lies in
+                // device memory the layer keeps until the copy has run; `done + n <= len`.
+                unsafe {
+                    self.ze.zeCommandListAppendMemoryCopy(
+                        list,
+                        staging.0 as *mut c_void,
+                        (src.0 + done as u64) as *const c_void,
+                        n,
+                        std::ptr::null_mut(),
+                        0,
+                        std::ptr::null_mut(),
+                    )
+                }
+            });
+            let out = appended.and_then(|()| stream.drain());
+            if let Err(e) = out {
+                if !e.is_unsettled() {
+                    // Not appended, or the device's work is lost: nothing writes it.
+                    free();
+                }
+                return Err(if done == 0 {
+                    e
+                } else {
+                    e.context(format!("after {done} of {len} bytes reached the host"))
+                });
+            }
+            // SAFETY: the copy into the staging allocation has completed (drained); `host`
+            // is writable for `len` bytes (the copy's contract) and is no allocation of this
+            // device, so not the staging one.
+            unsafe { std::ptr::copy_nonoverlapping(staging.0 as *const u8, host.add(done), n) };
+            done += n;
+        }
+        free();
+        Ok(())
+    }
+
     /// Appends `op` to `stream`'s list.
     fn append(&self, op: Op<'_, Self>, stream: &Stream) -> Result<()> {
         let ze = &self.ze;
