@@ -364,23 +364,44 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// arguments: running it again launches the kernel again.
     #[inline]
     pub fn run(&mut self) -> Result<()> {
+        // One copy of the launch per kind, each with its check and its queue known when it is
+        // compiled, as when they were four functions.
+        // SAFETY: checked against the kernel's parameter record, or the promise of
+        // `unchecked`'s caller (`submit`'s contract).
+        unsafe {
+            match (self.checked, self.queue) {
+                (true, None) => self.submit(true, None),
+                (true, Some(q)) => self.submit(true, Some(q)),
+                (false, None) => self.submit(false, None),
+                (false, Some(q)) => self.submit(false, Some(q)),
+            }
+        }
+    }
+
+    /// The launch, with the parameter check (`checked`), else with the device check of every
+    /// buffer only; on `queue`, if any (the launch's).
+    ///
+    /// # Safety
+    /// Unchecked, [`Launch::unchecked`]'s contract. Checked, none beyond trusting the image:
+    /// the check against the kernel's parameter record (its count and types, and that every
+    /// buffer holds the extent the record declares for these arguments, borrowed as the record
+    /// says it is used) is what makes the device's launch contract hold, if the record is true
+    /// (and it is the image's, which the program's load trusted). A queue keeps the borrowed
+    /// buffers alive until it has run (`LaunchQueue`).
+    #[inline(always)]
+    unsafe fn submit(&self, checked: bool, queue: Option<&Queue>) -> Result<()> {
         let (args, sources) = self.args();
-        if self.checked {
-            check(self.kernel, args, sources, self.queue.is_some())?;
+        if checked {
+            check(self.kernel, args, sources, queue.is_some())?;
         } else {
             check_devices(self.kernel, sources)?;
         }
         let program = &self.kernel.program;
-        if let Some(q) = self.queue {
+        if let Some(q) = queue {
             program.check_queue(q)?;
         }
-        // SAFETY: checked, the check against the kernel's parameter record (its count and
-        // types, and that every buffer holds the extent the record declares for these
-        // arguments, borrowed as the record says it is used) is what makes the device's
-        // launch contract hold, if the record is true (and it is the image's, which the
-        // program's load trusted). Unchecked, the promise of `unchecked`'s caller. A queue
-        // keeps the borrowed buffers alive until it has run (`LaunchQueue`).
-        unsafe { program.launch(self.kernel, &self.dims, args, self.queue.map(Queue::handle)) }
+        // SAFETY: this function's contract.
+        unsafe { program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle)) }
     }
 }
 
