@@ -606,7 +606,7 @@ pub fn check_random_queued_work(device: &offload::Device, add: &offload::Kernel,
                                 } else {
                                     // An image without an OFFLOAD_PARAMS record (hand-written
                                     // SPIR-V). SAFETY: as for the synchronous launch above.
-                                    unsafe { launch.unchecked().on(q).run() }.unwrap();
+                                    unsafe { launch.on(q).unchecked().run() }.unwrap();
                                 }
                                 for v in &mut model[b][lo..lo + len] {
                                     *v = v.wrapping_add(k);
@@ -949,7 +949,7 @@ pub fn fail_a_launch(
     // SAFETY: `x` holds the `n` elements add_k writes; the program drops it only after the
     // queue's synchronize has returned, and the layer keeps it while work that may use it
     // runs (which is what the callers check).
-    let launched = unsafe { launch.args_raw(&args).unchecked() }.run();
+    let launched = unsafe { launch.args_raw(&args).unchecked().run() };
     let error = match launched.and_then(|()| queue.synchronize()) {
         Ok(()) => panic!("the fake driver was set to fail the launch of add_k (queued: {queued})"),
         Err(e) => e,

@@ -574,6 +574,23 @@ fn launches_on_queues_and_in_queue_scopes_borrow_what_they_use() {
         })
         .unwrap();
     assert_eq!(out, saxpy_reference(0.5, &x, &y));
+    // A kernel looked up inside the scope launches on it: only the buffers are borrowed for
+    // the scope, not the kernel.
+    queue
+        .scope(|s| {
+            s.write(&dy, &y)?;
+            let inner = program.kernel("saxpy")?;
+            inner
+                .launch(LaunchDims::for_elems(n as u64, 256)?)
+                .arg(n as i32)
+                .arg(0.5f32)
+                .arg(&dx)
+                .arg(&dy)
+                .on(s)
+                .run()
+        })
+        .unwrap();
+    assert_eq!(dy.to_vec().unwrap(), saxpy_reference(0.5, &x, &y));
     // On a plain queue the borrow ends at the call; a synchronous read waits for the launch.
     saxpy
         .launch(LaunchDims::for_elems(n as u64, 256).unwrap())
@@ -1027,7 +1044,7 @@ fn launches_with_more_arguments_than_stored_inline_keep_every_argument() {
         out2.fill(0.0).unwrap();
         // SAFETY: as above; `out2` holds the n doubles the kernel writes, and lives past the
         // queue's synchronize.
-        unsafe { launch.unchecked() }.run().unwrap();
+        unsafe { launch.unchecked().run() }.unwrap();
         queue.synchronize().unwrap();
         assert_eq!(out2.to_vec().unwrap(), got, "round {round}");
     }

@@ -274,8 +274,8 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
                 .arg(n as i32)
                 .arg(2u32)
                 .arg(&mut x)
-                .unchecked()
                 .on(&queue)
+                .unchecked()
                 .run()
         }
         .unwrap();
@@ -291,8 +291,8 @@ fn queued_work_runs_back_to_back_and_keeps_its_memory_until_it_has_run() {
             .arg(n as i32)
             .arg(7u32)
             .arg(&mut y)
-            .unchecked()
             .on(&queue)
+            .unchecked()
             .run()
     }
     .unwrap();

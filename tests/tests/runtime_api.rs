@@ -578,8 +578,8 @@ fn queues_and_events_order_work_and_own_what_they_need() {
                 dx.arg(),
                 dy.arg(),
             ])
-            .unchecked()
             .on(&a)
+            .unchecked()
             .run()
     }
     .unwrap();
@@ -600,8 +600,8 @@ fn queues_and_events_order_work_and_own_what_they_need() {
     let e = unsafe {
         saxpy
             .launch(LaunchDims::linear(1, 1))
-            .unchecked()
             .on(&q)
+            .unchecked()
             .run()
     }
     .unwrap_err()

@@ -190,8 +190,8 @@ impl<'a, T: DeviceCopy> KernelArgument<'a> for BufferViewMut<'a, T> {
 
 /// Where [`Launch::on`] enqueues: a [`Queue`] (the launch keeps its buffers alive until it
 /// has run; their borrows end at the call) or a [`QueueScope`] (the buffers stay borrowed
-/// until the scope's end, so they cannot be dropped or moved while the launch may run). `'q`
-/// is how long the queue is borrowed.
+/// until the scope's end, so they cannot be dropped or moved while the launch may run). `'a`
+/// is the borrow of the launch's buffers, `'q` how long the launch keeps the queue.
 pub trait LaunchQueue<'a, 'q>: sealed::Sealed {
     #[doc(hidden)]
     fn queue(self) -> &'q Queue;
@@ -203,8 +203,8 @@ impl<'q> LaunchQueue<'_, 'q> for &'q Queue {
     }
 }
 impl sealed::Sealed for &QueueScope<'_, '_> {}
-impl<'a: 's, 's> LaunchQueue<'a, 's> for &'s QueueScope<'s, '_> {
-    fn queue(self) -> &'s Queue {
+impl<'a: 's, 's: 'q, 'q> LaunchQueue<'a, 'q> for &'s QueueScope<'s, '_> {
+    fn queue(self) -> &'q Queue {
         QueueScope::queue(self)
     }
 }
@@ -212,7 +212,8 @@ impl<'a: 's, 's> LaunchQueue<'a, 's> for &'s QueueScope<'s, '_> {
 /// A launch being put together ([`Kernel::launch`], [`crate::TypedKernel::launch`]): the one
 /// way to launch a kernel. Add the arguments ([`Launch::arg`]), say where it runs
 /// ([`Launch::on`] a queue; synchronously otherwise), and [`Launch::run`] it; nothing runs
-/// before. [`Launch::unchecked`] turns the parameter check off, for kernels without a record
+/// before. [`Launch::unchecked`] is the same launch without the parameter check, whose
+/// `run` is `unsafe`: for kernels without a record
 /// and for front ends that pass raw arguments. Built in place (`&mut self` methods, as
 /// `std::process::Command` is): `'a` is the borrow of every buffer added and `'k` that of the
 /// kernel and the queue, for as long as the launch lives.
@@ -221,22 +222,22 @@ pub struct Launch<'k, 'a> {
     kernel: &'k Kernel,
     dims: LaunchDims,
     queue: Option<&'k Queue>,
-    /// Whether [`Launch::run`] checks the arguments against the kernel's record.
-    checked: bool,
     len: usize,
     args: [KernelArg; INLINE],
     sources: [ArgSource; INLINE],
     /// All the arguments, once there are more than `INLINE`.
     spill: (Vec<KernelArg>, Vec<ArgSource>),
-    _borrows: PhantomData<&'a ()>,
+    /// Invariant in `'a`: a launch put on a scope ([`Launch::on`]) keeps the scope's rule
+    /// (every buffer borrowed until the scope ends) for the buffers added later too, also
+    /// when it is moved into a variable of a shorter lifetime.
+    _borrows: PhantomData<fn(&'a ()) -> &'a ()>,
 }
 
 impl std::fmt::Debug for Launch<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}launch of {:?}, {}, {} argument(s){}",
-            if self.checked { "" } else { "unchecked " },
+            "launch of {:?}, {}, {} argument(s){}",
             self.kernel,
             self.dims,
             self.len,
@@ -258,7 +259,6 @@ impl Kernel {
             kernel: self,
             dims,
             queue: None,
-            checked: true,
             len: 0,
             args: [KernelArg::I32(0); INLINE],
             sources: [ArgSource::Raw; INLINE],
@@ -328,24 +328,12 @@ impl<'k, 'a> Launch<'k, 'a> {
         self
     }
 
-    /// Turns the parameter check off for every later [`Launch::run`] of this launch: the way
-    /// to launch a kernel without an `OFFLOAD_PARAMS` record, or with raw pointer arguments
-    /// ([`Launch::arg_raw`]). Buffers of another device are still refused.
-    ///
-    /// # Safety
-    /// The promise covers each run, with the arguments the launch has then. What is still
-    /// checked: the launch shape, that each buffer belongs to the kernel's device (and a
-    /// queue to it too), and what the backend checks (on the host: pointers into live
-    /// allocations, and the argument types where the image has an `OFFLOAD_SIGNATURE`). What
-    /// is not: the number and types of the arguments (on other backends), and how far the
-    /// kernel reads or writes from each pointer. The caller must make sure the arguments are
-    /// the kernel's parameters, every buffer or raw pointer reaches as far as the kernel
-    /// touches for these arguments, and, as [`crate::raw`] says, raw device memory the
-    /// kernel uses stays allocated until the launch has run and is nobody else's meanwhile.
+    /// This launch without the parameter check: the way to launch a kernel without an
+    /// `OFFLOAD_PARAMS` record, or with raw pointer arguments ([`Launch::arg_raw`]).
+    /// [`Unchecked::run`] is `unsafe`; buffers of another device are still refused.
     #[inline]
-    pub unsafe fn unchecked(&mut self) -> &mut Self {
-        self.checked = false;
-        self
+    pub fn unchecked(&mut self) -> Unchecked<'_, 'k, 'a> {
+        Unchecked(self)
     }
 
     #[inline(always)]
@@ -357,23 +345,19 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
-    /// Launches it: checks the arguments against the kernel's `OFFLOAD_PARAMS` record (unless
-    /// [`Launch::unchecked`]), then runs the kernel and returns when it has run, or enqueues
-    /// it ([`Launch::on`]). Refused, with the parameter named, when the kernel has no record
-    /// or an argument does not match it (see the module docs). The launch keeps its
-    /// arguments: running it again launches the kernel again.
+    /// Launches it: checks the arguments against the kernel's `OFFLOAD_PARAMS` record, then
+    /// runs the kernel and returns when it has run, or enqueues it ([`Launch::on`]). Refused,
+    /// with the parameter named, when the kernel has no record or an argument does not match
+    /// it (see the module docs). The launch keeps its arguments: running it again launches
+    /// the kernel again.
     #[inline]
     pub fn run(&mut self) -> Result<()> {
-        // One copy of the launch per kind, each with its check and its queue known when it is
-        // compiled, as when they were four functions.
-        // SAFETY: checked against the kernel's parameter record, or the promise of
-        // `unchecked`'s caller (`submit`'s contract).
+        // One copy per queue kind, its check and queue known when it is compiled.
+        // SAFETY: checked against the kernel's parameter record (`submit`'s contract).
         unsafe {
-            match (self.checked, self.queue) {
-                (true, None) => self.submit(true, None),
-                (true, Some(q)) => self.submit(true, Some(q)),
-                (false, None) => self.submit(false, None),
-                (false, Some(q)) => self.submit(false, Some(q)),
+            match self.queue {
+                None => self.submit(true, None),
+                Some(q) => self.submit(true, Some(q)),
             }
         }
     }
@@ -382,7 +366,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// buffer only; on `queue`, if any (the launch's).
     ///
     /// # Safety
-    /// Unchecked, [`Launch::unchecked`]'s contract. Checked, none beyond trusting the image:
+    /// Unchecked, [`Unchecked::run`]'s contract. Checked, none beyond trusting the image:
     /// the check against the kernel's parameter record (its count and types, and that every
     /// buffer holds the extent the record declares for these arguments, borrowed as the record
     /// says it is used) is what makes the device's launch contract hold, if the record is true
@@ -402,6 +386,37 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
         // SAFETY: this function's contract.
         unsafe { program.launch(self.kernel, &self.dims, args, queue.map(Queue::handle)) }
+    }
+}
+
+/// A [`Launch`] without the parameter check ([`Launch::unchecked`]).
+#[must_use = "an unchecked launch does nothing until it is run"]
+#[derive(Debug)]
+pub struct Unchecked<'l, 'k, 'a>(&'l mut Launch<'k, 'a>);
+
+impl Unchecked<'_, '_, '_> {
+    /// Launches it as [`Launch::run`] does, without checking the arguments against the
+    /// kernel's record.
+    ///
+    /// # Safety
+    /// What is still checked: the launch shape, that each buffer belongs to the kernel's
+    /// device (and the queue to it too), and what the backend checks (on the host: pointers
+    /// into live allocations, and the argument types where the image has an
+    /// `OFFLOAD_SIGNATURE`). What is not: the number and types of the arguments (on other
+    /// backends), and how far the kernel reads or writes from each pointer. The caller must
+    /// make sure the arguments are the kernel's parameters, every buffer or raw pointer
+    /// reaches as far as the kernel touches for these arguments, and, as [`crate::raw`] says,
+    /// raw device memory the kernel uses stays allocated until the launch has run and is
+    /// nobody else's meanwhile.
+    #[inline]
+    pub unsafe fn run(self) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self.0.queue {
+                None => self.0.submit(false, None),
+                Some(q) => self.0.submit(false, Some(q)),
+            }
+        }
     }
 }
 
@@ -558,7 +573,7 @@ fn explain(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: b
             return refuse(
                 "its image has no OFFLOAD_PARAMS record, so the launch cannot be checked: add \
                  `OFFLOAD_PARAMS(kernel, <its parameters, pointers with extents>)` after the \
-                 kernel, or launch it unchecked (the unsafe Launch::unchecked)"
+                 kernel, or launch it unchecked (Launch::unchecked, whose run is unsafe)"
                     .into(),
             );
         }
@@ -602,7 +617,7 @@ fn explain(kernel: &Kernel, args: &[KernelArg], sources: &[ArgSource], queued: b
             (ParamKind::Pointer(_), ArgSource::Raw) if matches!(arg, KernelArg::Ptr(_)) => {
                 return refuse(format!(
                     "{} gets a raw pointer, whose extent is unknown: pass a buffer or a view, \
-                     or launch it unchecked (the unsafe Launch::unchecked)",
+                     or launch it unchecked (Launch::unchecked, whose run is unsafe)",
                     what()
                 ));
             }
@@ -651,7 +666,7 @@ fn check_pointer(
         return Err(format!(
             "{} has no extent, so its length cannot be checked: declare it as an array \
              parameter (`{} {}[n]`) in OFFLOAD_PARAMS, or launch it unchecked \
-             (the unsafe Launch::unchecked)",
+             (Launch::unchecked, whose run is unsafe)",
             what(),
             p.elem_spelling,
             param.name.as_deref().unwrap_or("x")
@@ -660,7 +675,7 @@ fn check_pointer(
     let Some(elem) = p.elem else {
         return Err(format!(
             "{}: its elements are '{}', whose size offload does not know, so the extent cannot \
-             be checked: launch it unchecked (the unsafe Launch::unchecked)",
+             be checked: launch it unchecked (Launch::unchecked, whose run is unsafe)",
             what(),
             p.elem_spelling
         ));

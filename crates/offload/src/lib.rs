@@ -62,7 +62,7 @@ mod typed;
 
 pub use crate::params::{CType, KernelParams, Param, ParamKind, Pointer};
 pub use buffer::{BufferView, BufferViewMut, HostBuffer};
-pub use launch::{KernelArgument, Launch, LaunchQueue};
+pub use launch::{KernelArgument, Launch, LaunchQueue, Unchecked};
 pub use typed::{In, Out, ParamType, ParamTypes, ParamValue, ParamValues, TypedKernel};
 
 pub use buffer::{DeviceBuffer, DeviceCopy};

@@ -65,8 +65,8 @@ impl Program {
     }
 
     /// Looks up a kernel, and the parameter list `OFFLOAD_PARAMS` recorded for it (see
-    /// [`Kernel::params`]). The [`Kernel`] keeps this program loaded; launching it through
-    /// another program is an error.
+    /// [`Kernel::params`]). The [`Kernel`] keeps this program loaded, and launches as its
+    /// kernel ([`Kernel::launch`]).
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let p = &self.inner;
         // Looked up once per name: the handle and the record are kept with the program.

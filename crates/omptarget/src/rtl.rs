@@ -1145,7 +1145,7 @@ impl Rtl {
                 // SAFETY: as on the host: the compiler made the kernel and its arguments
                 // together; on a queue, what the arguments point to lives until the construct's
                 // work has run (`nowait::Work` frees it only then).
-                Some(q) => unsafe { k.kernel.launch(dims).args_raw(&a).unchecked().on(q).run() },
+                Some(q) => unsafe { k.kernel.launch(dims).args_raw(&a).on(q).unchecked().run() },
                 // SAFETY: as on the host.
                 None => unsafe { k.kernel.launch(dims).args_raw(&a).unchecked().run() },
             }
