@@ -89,6 +89,11 @@ if [ -z "$replay" ]; then
 # libomp and Debian's libomptarget (the baseline, and the headers and device runtime archive the
 # test programs link with).
 # llvm-19-tools: lit, FileCheck and not.
+# One install and fetch at a time: runs that start together on a fresh machine (two test
+# processes) wait for the first (apt's own lock would fail the second), then find it all there.
+mkdir -p "$root/.tools"
+exec 9>"$root/.tools/omp-conformance.lock"
+flock 9
 need=()
 for pkg in libomp-19-dev llvm-19-tools clang-19; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -99,11 +104,6 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq "${need[@]}" >/dev/null || exit 2
 fi
 
-# One fetch at a time: runs that start together on a fresh machine (two test processes) wait
-# for the first to fetch, then find the suite there.
-mkdir -p "$(dirname "$suite")"
-exec 9>"$suite.lock"
-flock 9
 if [ ! -f "$suite/offload/test/lit.cfg" ]; then
   if ! apt-get source --print-uris llvm-toolchain-19 >/dev/null 2>&1; then
     echo "omp-conformance: adding a deb-src line for Debian bookworm main (apt source packages)"

@@ -24,7 +24,7 @@
  * Environment: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_CC ("9.0"), FAKE_CUDA_MEMORY (bytes
  * that may be allocated at once), FAKE_CUDA_LOG (file the log lines are appended to),
  * FAKE_CUDA_NO_PARAM_INFO, FAKE_CUDA_KERNEL_LIMITS, FAKE_CUDA_FAULT and
- * FAKE_CUDA_SYNC_GIVES_UP (below). Launches are
+ * FAKE_CUDA_SYNC_GIVES_UP and FAKE_CUDA_COPY_HANGS (below). Launches are
  * refused as the driver refuses them: more threads than the kernel's registers allow (701),
  * more dynamic shared memory than the kernel's attribute (INVALID_VALUE); the attribute can be
  * raised to the device's opt-in limit less the static size. */
@@ -309,7 +309,16 @@ struct op {
   unsigned long threads;
   unsigned char args[256]; /* the first parameters' bytes, for kernels the fake runs */
   int ctx;
+  int hangs; /* FAKE_CUDA_COPY_HANGS: held instead of run, until fake_cuda_finish_held_copies */
 };
+
+/* The status the next cuStreamSynchronize returns at once (0: none): FAKE_CUDA_SYNC_GIVES_UP,
+ * FAKE_CUDA_COPY_HANGS. */
+static _Atomic int give_up_next_sync;
+
+/* The copies FAKE_CUDA_COPY_HANGS held, and how many were enqueued (under `lock`). */
+static struct op *held_copies;
+static int hangs_enqueued, hangs_held;
 
 struct stream {
   pthread_mutex_t m;
@@ -332,7 +341,10 @@ static void run_op(struct op *o) {
     return;
   }
   const unsigned char *src = o->staging ? o->staging : (const unsigned char *)o->src;
-  if ((o->dst_device && !inside(o->dst, o->n)) || (o->src_device && !o->staging && !inside(o->src, o->n))) {
+  /* A side that is an allocation (device memory, or pinned host memory the copy was given)
+   * must still be one. */
+  if ((o->dst_device && !inside(o->dst, o->n)) || (o->src_device && !o->staging && !inside(o->src, o->n)) ||
+      (o->hangs && find_allocation(o->dst, o->n, 0) < 0)) {
     say("use-after-free copy %s 0x%lx 0x%lx %zu\n", o->what, (unsigned long)o->dst,
         (unsigned long)o->src, o->n);
     return;
@@ -356,7 +368,17 @@ static void *stream_worker(void *arg) {
       struct timespec t = {delay / 1000000, (delay % 1000000) * 1000};
       nanosleep(&t, 0);
     }
-    if (!sticky[o->ctx])
+    if (o->hangs) {
+      say("copy-hangs 0x%lx 0x%lx %zu\n", (unsigned long)o->dst, (unsigned long)o->src, o->n);
+      struct op *h = malloc(sizeof *h);
+      *h = *o;
+      o->staging = 0;
+      pthread_mutex_lock(&lock);
+      h->next = held_copies;
+      held_copies = h;
+      ++hangs_held;
+      pthread_mutex_unlock(&lock);
+    } else if (!sticky[o->ctx])
       run_op(o);
     free(o->staging);
     pthread_mutex_lock(&s->m);
@@ -453,11 +475,58 @@ static CUresult copy(const char *what, uintptr_t dst, int dst_device, uintptr_t 
     o->staging = malloc(n ? n : 1);
     memcpy(o->staging, (const void *)src, n);
   }
+  /* FAKE_CUDA_COPY_HANGS=N: a copy of N bytes to pinned host memory hangs on the copy engine;
+   * the next cuStreamSynchronize gives up (CUDA_ERROR_DEVICE_UNAVAILABLE, 46, which says
+   * nothing of the work), and the copy may
+   * still write (fake_cuda_finish_held_copies). */
+  const char *hang = getenv("FAKE_CUDA_COPY_HANGS");
+  if (hang && !dst_device && !pageable_dst && (size_t)strtoull(hang, 0, 10) == n) {
+    o->hangs = 1;
+    pthread_mutex_lock(&lock);
+    ++hangs_enqueued;
+    pthread_mutex_unlock(&lock);
+    atomic_store(&give_up_next_sync, 46);
+  }
   enqueue(s, o);
   if (pageable_dst)
     drain(s);
   say("copy %s %zu\n", what, n);
   return sticky[context_index()];
+}
+
+/* For tests: runs the copies FAKE_CUDA_COPY_HANGS held, now (a hung engine writing late), once
+ * every such copy enqueued has reached its stream's worker, and says how many there were. */
+__attribute__((visibility("default"))) int fake_cuda_finish_held_copies(void) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    pthread_mutex_lock(&lock);
+    int ready = hangs_held >= hangs_enqueued;
+    pthread_mutex_unlock(&lock);
+    if (ready)
+      break;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec > 60) {
+      say("hang: a held copy never reached its stream\n");
+      break;
+    }
+    struct timespec t = {0, 1000000};
+    nanosleep(&t, 0);
+  }
+  pthread_mutex_lock(&lock);
+  struct op *o = held_copies;
+  held_copies = 0;
+  pthread_mutex_unlock(&lock);
+  int count = 0;
+  while (o) {
+    struct op *next = o->next;
+    say("copy-finishes-late 0x%lx %zu\n", (unsigned long)o->dst, o->n);
+    run_op(o);
+    free(o);
+    o = next;
+    ++count;
+  }
+  return count;
 }
 
 CUresult cuMemcpyHtoDAsync_v2(uintptr_t dst, const void *src, size_t n, void *stream) {
@@ -480,8 +549,8 @@ CUresult cuStreamCreate(void **out, unsigned flags) {
 }
 /* FAKE_CUDA_SYNC_GIVES_UP="name:status": the first cuStreamSynchronize after a launch of
  * kernel `name` returns `status` at once, without waiting, as a synchronize that fails for a
- * reason that says nothing of the work does: the work still runs, later. */
-static _Atomic int give_up_next_sync;
+ * reason that says nothing of the work does: the work still runs, later (give_up_next_sync,
+ * above). */
 
 static int sync_give_up_status(const char *name) {
   const char *v = kernel_setting("FAKE_CUDA_SYNC_GIVES_UP", name);

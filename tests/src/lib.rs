@@ -974,29 +974,51 @@ pub fn frees_of(lines: &[String], at: u64) -> usize {
         .count()
 }
 
-/// A read of 1000 `u32`s into the program's own memory (synchronous, or queued in a scope
-/// that lends the memory) on a fake driver set to hang copies of 4000 bytes: it must return an
-/// unsettled error. Then the fake's `finish` function (in library `fake`) makes the hung copy
-/// write, late, as an engine caught in a fault may: it must miss the program's memory (the
-/// copy went to staging memory), and neither its staging memory nor the device buffer it
-/// reads may have been freed (no "use-after-free", no free of either in `log`). Returns the
-/// read's error.
+/// Where [`hung_read`] reads into, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HungRead {
+    /// A `Vec`'s slice (pageable memory), synchronously.
+    Pageable,
+    /// A `Vec`'s slice, queued in a scope that lends it.
+    PageableQueued,
+    /// A [`offload::HostBuffer`] of the device (pinned memory), synchronously.
+    Pinned,
+    /// A [`offload::HostBuffer`] of the device, queued in a scope.
+    PinnedQueued,
+}
+
+/// A read of 1000 `u32`s into memory the program has as a slice (`how`) on a fake driver set
+/// to hang copies of 4000 bytes: it must return an unsettled error. Then the fake's `finish`
+/// function (in library `fake`) makes the hung copy write, late, as an engine caught in a
+/// fault may: it must miss the program's memory (the copy went to staging memory), and neither
+/// its staging memory nor the device buffer it reads may have been freed (no "use-after-free",
+/// no free of either in `log`). Returns the read's error.
 pub fn hung_read(
     device: &offload::Device,
     fake: &Path,
     finish: &str,
-    queued: bool,
+    how: HungRead,
     log: &Path,
 ) -> offload::Error {
     let n = 1000usize;
     let dbuf = device.upload(&vec![7u32; 2 * n]).unwrap();
-    let mut host = vec![0xabad_1deau32; n];
+    let mut vec = vec![0xabad_1deau32; n];
+    // One element more than the read, so that no copy of the buffer's own is 4000 bytes.
+    let mut pinned = device.alloc_host::<u32>(n + 1).unwrap();
+    pinned.as_mut_slice().unwrap().fill(0xabad_1dea);
     let part = dbuf.slice(..n).unwrap();
+    let (host, queued): (&mut [u32], bool) = match how {
+        HungRead::Pageable => (&mut vec, false),
+        HungRead::PageableQueued => (&mut vec, true),
+        HungRead::Pinned => (&mut pinned.as_mut_slice().unwrap()[..n], false),
+        HungRead::PinnedQueued => (&mut pinned.as_mut_slice().unwrap()[..n], true),
+    };
+    let at = host.as_ptr();
     let e = if queued {
         let queue = device.queue().unwrap();
-        queue.scope(|s| s.read(&mut host, part)).unwrap_err()
+        queue.scope(|s| s.read(host, part)).unwrap_err()
     } else {
-        part.read(&mut host).unwrap_err()
+        part.read(host).unwrap_err()
     };
     assert!(e.is_unsettled(), "{e:?}");
     drop(dbuf);
@@ -1010,9 +1032,11 @@ pub fn hung_read(
         finish()
     };
     assert_eq!(finished, 1);
+    // SAFETY: `vec` is alive, and `pinned` is: the device, failed for good, frees nothing.
+    let now = unsafe { std::slice::from_raw_parts(at, n) };
     assert!(
-        host.iter().all(|&v| v == 0xabad_1dea),
-        "the late copy wrote the program's memory"
+        now.iter().all(|&v| v == 0xabad_1dea),
+        "the late copy wrote the program's memory ({how:?})"
     );
     let lines = log_lines(log);
     let hung: Vec<u64> = lines
@@ -1028,7 +1052,7 @@ pub fn hung_read(
         })
         .unwrap_or_else(|| panic!("no copy hung: {lines:#?}"));
     let (staging, source) = (hung[0], hung[1]);
-    assert_ne!(staging, host.as_ptr() as u64);
+    assert_ne!(staging, at as u64);
     assert_eq!(frees_of(&lines, staging), 0, "{lines:#?}");
     assert_eq!(frees_of(&lines, source), 0, "{lines:#?}");
     let bad: Vec<&String> = lines

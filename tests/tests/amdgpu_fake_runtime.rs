@@ -987,16 +987,22 @@ fn copies_to_pageable_host_memory_go_through_a_staging_buffer_in_chunks() {
 
 #[test]
 fn a_copy_to_the_host_that_never_settles_can_write_its_staging_buffer_only() {
-    hung_copy_to_the_host("hsa-copy-hangs", false);
+    hung_copy_to_the_host("hsa-copy-hangs", HungRead::Pageable);
 }
 
 #[test]
 fn a_queued_copy_to_lent_host_memory_that_never_settles_cannot_write_it_either() {
-    hung_copy_to_the_host("hsa-queued-copy-hangs", true);
+    hung_copy_to_the_host("hsa-queued-copy-hangs", HungRead::PageableQueued);
+}
+
+#[test]
+fn a_copy_to_pinned_host_memory_that_never_settles_cannot_write_it_either() {
+    // A HostBuffer of the device, which the program has as a slice: staged too.
+    hung_copy_to_the_host("hsa-pinned-copy-hangs", HungRead::Pinned);
 }
 
 /// A read whose DMA faults the GPU and hangs (FAKE_HSA_COPY_HANGS), [`hung_read`].
-fn hung_copy_to_the_host(tag: &str, queued: bool) {
+fn hung_copy_to_the_host(tag: &str, how: HungRead) {
     let log = log_file(tag);
     let rt = in_process(&log, &[("FAKE_HSA_COPY_HANGS", "4000")]);
     let device = rt.device("amdgpu", 0).unwrap();
@@ -1004,7 +1010,7 @@ fn hung_copy_to_the_host(tag: &str, queued: bool) {
         &device,
         &fake_hsa_runtime(),
         "fake_hsa_finish_held_copies",
-        queued,
+        how,
         &log,
     );
     assert!(e.to_string().contains("memory access fault"), "{e}");

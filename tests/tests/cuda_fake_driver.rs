@@ -1138,6 +1138,71 @@ fn pointers_from_outside_the_plugin_reach_the_driver() {
     );
 }
 
+#[test]
+fn a_copy_to_pinned_host_memory_whose_wait_gives_up_cannot_write_it() {
+    // The driver copies to pinned memory (a HostBuffer the program has as a slice)
+    // asynchronously: the copy goes through a staging buffer, so a synchronize that gives up
+    // leaves the engine only the staging buffer to write.
+    hung_copy_to_the_host("pinned-copy-hangs", HungRead::Pinned);
+}
+
+#[test]
+fn a_queued_copy_to_pinned_host_memory_whose_wait_gives_up_cannot_write_it_either() {
+    hung_copy_to_the_host("queued-pinned-copy-hangs", HungRead::PinnedQueued);
+}
+
+#[test]
+fn a_copy_to_pageable_memory_is_not_staged() {
+    // The driver completes a copy to pageable memory before the call returns, so the plugin
+    // copies there directly; a copy to a HostBuffer goes through a staging buffer.
+    let log = log_file("pageable-direct");
+    let rt = in_process(&log, &[]);
+    let device = rt.device("cuda", 0).unwrap();
+    let v: Vec<u32> = (0..1000).collect();
+    let dbuf = device.upload(&v).unwrap();
+    let mut back = vec![0u32; 1000];
+    dbuf.read(&mut back).unwrap();
+    assert_eq!(back, v);
+    let mut pinned = device.alloc_host::<u32>(1000).unwrap();
+    dbuf.read(pinned.as_mut_slice().unwrap()).unwrap();
+    assert_eq!(pinned.as_slice().unwrap(), &v[..]);
+    drop((pinned, dbuf, device, rt));
+    let lines = log_lines(&log);
+    let copies: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("copy dtoh"))
+        .collect();
+    // The pageable read, the staged read, and as_slice's look at one element (staged).
+    assert_eq!(copies.len(), 4, "{lines:#?}");
+}
+
+/// A read to pinned memory whose copy hangs and whose synchronize gives up
+/// (FAKE_CUDA_COPY_HANGS), [`hung_read`].
+fn hung_copy_to_the_host(tag: &str, how: HungRead) {
+    let log = log_file(tag);
+    let rt = in_process(&log, &[("FAKE_CUDA_COPY_HANGS", "4000")]);
+    let device = rt.device("cuda", 0).unwrap();
+    hung_read(
+        &device,
+        &fake_cuda_driver(),
+        "fake_cuda_finish_held_copies",
+        how,
+        &log,
+    );
+    let lines = log_lines(&log);
+    assert!(
+        lines.iter().any(|l| l == "stream-synchronize-gives-up 46"),
+        "{lines:#?}"
+    );
+    let later = device.alloc::<u32>(4).map(drop).unwrap_err();
+    assert!(
+        later
+            .to_string()
+            .contains("failed for good by an operation that did not settle"),
+        "{later}"
+    );
+}
+
 /// An add_k launch, queued or not, on the fake driver that `env` makes fail ([`fail_a_launch`]),
 /// and the driver's log.
 fn add_k_failure(tag: &str, env: (&str, &str), queued: bool) -> (LaunchFailure, Vec<String>) {

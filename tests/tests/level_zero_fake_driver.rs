@@ -808,16 +808,22 @@ fn a_wait_that_gives_up_quarantines_the_memory_of_the_work_and_fails_the_device(
 
 #[test]
 fn a_copy_to_the_host_whose_wait_gives_up_can_write_its_staging_memory_only() {
-    hung_copy_to_the_host("copy-hangs", false);
+    hung_copy_to_the_host("copy-hangs", HungRead::Pageable);
 }
 
 #[test]
 fn a_queued_copy_to_lent_host_memory_whose_wait_gives_up_cannot_write_it_either() {
-    hung_copy_to_the_host("queued-copy-hangs", true);
+    hung_copy_to_the_host("queued-copy-hangs", HungRead::PageableQueued);
+}
+
+#[test]
+fn a_copy_to_pinned_host_memory_whose_wait_gives_up_cannot_write_it_either() {
+    // A HostBuffer of the device, which the program has as a slice: staged too.
+    hung_copy_to_the_host("pinned-copy-hangs", HungRead::Pinned);
 }
 
 /// A read whose copy hangs and whose wait gives up (FAKE_ZE_COPY_HANGS), [`hung_read`].
-fn hung_copy_to_the_host(tag: &str, queued: bool) {
+fn hung_copy_to_the_host(tag: &str, how: HungRead) {
     let log = log_file(tag);
     let rt = in_process(&log, &[("FAKE_ZE_COPY_HANGS", "4000")]);
     let device = rt.device("level-zero", 0).unwrap();
@@ -825,7 +831,7 @@ fn hung_copy_to_the_host(tag: &str, queued: bool) {
         &device,
         &fake_ze_driver(),
         "fake_ze_finish_held_copies",
-        queued,
+        how,
         &log,
     );
     let lines = log_lines(&log);
@@ -843,10 +849,10 @@ fn hung_copy_to_the_host(tag: &str, queued: bool) {
 }
 
 #[test]
-fn copies_to_pageable_host_memory_are_staged_in_chunks_and_queued_ones_wait() {
-    // A copy to the program's own memory fills a host allocation, which the CPU copies out
-    // of after a drain; a longer one than the staging allocation (64 MiB) goes in chunks, and
-    // every byte arrives; on a queue too, after the queue's earlier work.
+fn copies_to_the_host_are_staged_in_chunks_and_queued_ones_wait() {
+    // A copy to the host fills a host allocation, which the CPU copies out of after a drain;
+    // a longer one than the staging allocation (64 MiB) goes in chunks, and every byte
+    // arrives; on a queue too, after the queue's earlier work, into pinned memory too.
     let log = log_file("staged-reads");
     let rt = in_process(&log, &[]);
     let device = rt.device("level-zero", 0).unwrap();
@@ -897,9 +903,13 @@ fn copies_to_pageable_host_memory_are_staged_in_chunks_and_queued_ones_wait() {
         matches!((chunk, rest), (Some(a), Some(b)) if a < b),
         "{lines:#?}"
     );
+    // The queued reads into `part` and into the pinned buffer (which the program has as a
+    // slice too): each staged.
     let queued = staging(4000);
-    assert_eq!(queued.len(), 1, "the queued read into `part`: {lines:#?}");
-    assert_eq!(frees_of(&lines, queued[0]), 1, "{lines:#?}");
+    assert_eq!(queued.len(), 2, "{lines:#?}");
+    for at in queued {
+        assert_eq!(frees_of(&lines, at), 1, "{lines:#?}");
+    }
     assert_contracts_kept(&lines, "staged copies to the host");
 }
 

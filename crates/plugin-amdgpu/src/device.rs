@@ -4,9 +4,9 @@
 //! fine-grained pool (pinned host and shared memory); kernel arguments from the CPU's kernarg
 //! pool. Copies use the agent's DMA engines (`hsa_amd_memory_async_copy`). A copy from the host
 //! locks its host side for the agent unless the runtime allocated or locked it already; a copy
-//! to host memory the runtime did not allocate goes through a pinned staging buffer, which the
-//! CPU copies out of once the DMA has completed ([`AmdDevice::copy_to_host`]), so that a copy
-//! that never settles cannot write memory the program has been given back. A GPU memory fault
+//! to the host goes through a pinned staging buffer, which the CPU copies out of once the DMA
+//! has completed ([`AmdDevice::copy_to_host`]), so that a copy that never settles cannot write
+//! memory the program has been given back. A GPU memory fault
 //! is recorded by the plugin's system event handler and fails the device's work from then on,
 //! instead of ending the process. A queue of the layer owns an HSA queue; work without a queue
 //! runs on a queue of the device's own. Each operation waits for its completion signal, so memory
@@ -31,10 +31,6 @@ use offload_plugin_common::{DeviceBackend, Fit, Op};
 use std::ffi::{CString, c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// The largest staging buffer of a copy to host memory the runtime did not allocate
-/// ([`AmdDevice::copy_to_host`]): a longer copy goes through it in chunks.
-const STAGING_CHUNK: usize = 64 << 20;
 
 /// Packets in each HSA queue (each operation waits for its own, so few are ever in flight).
 const QUEUE_PACKETS: u32 = 256;
@@ -685,85 +681,27 @@ impl AmdDevice {
         settle((out, settled))
     }
 
-    /// Copies `len` bytes from device memory `src` to `host`. Memory the runtime allocated
-    /// (pinned host and shared memory: a buffer of the layer, which quarantines it with the
-    /// operation if the copy does not settle) is the DMA's destination as it is. Any other
-    /// memory is the program's own, and the program has it back when the call returns,
-    /// settled or not: the DMA fills a pinned staging buffer of at most [`STAGING_CHUNK`]
-    /// bytes, chunk by chunk, and the CPU copies each chunk out once its DMA has completed. A
-    /// chunk whose DMA does not settle leaves the staging buffer allocated for good (the engine
-    /// may still write it) and the program's memory as far as the completed chunks filled it.
+    /// Copies `len` bytes from device memory `src` to `host`, whatever memory it is: the DMA
+    /// fills a pinned staging buffer and the CPU copies the bytes out
+    /// ([`offload_plugin_common::staging`]). The program has `host` back when the call
+    /// returns, settled or not (a `&mut [T]` it lent, its pinned memory too), so the DMA never
+    /// writes it: a DMA that does not settle leaves the staging buffer for good instead.
     fn copy_to_host(&self, host: *mut c_void, src: *const c_void, len: usize) -> Result<()> {
-        if len == 0 {
-            return Ok(());
+        // SAFETY: `host` is writable for `len` bytes (the copy's contract); the staging buffer
+        // is an allocation of this call, apart from it.
+        unsafe {
+            offload_plugin_common::staging::copy_to_host(
+                host.cast(),
+                len,
+                |n| Ok(self.alloc(n as u64, MemoryKind::Host)?.0 as *mut u8),
+                |at, offset, n| {
+                    // `src + offset` stays inside the copy's source (its contract).
+                    let from = src.cast::<u8>().wrapping_add(offset).cast();
+                    settle(self.dma(at.cast(), self.cpu, from, self.agent, n))
+                },
+                |at, n| self.free(DevicePtr(at as u64), n as u64, MemoryKind::Host),
+            )
         }
-        let (info, reachable) = self.pointer_info(host)?;
-        let start = host as usize;
-        let inside = !info.agent_base.is_null()
-            && start >= info.host_base as usize
-            && start.saturating_add(len)
-                <= (info.host_base as usize).saturating_add(info.size_in_bytes);
-        if inside && info.kind == hsa::pointer_type::HSA {
-            if !reachable {
-                // SAFETY: memory the runtime allocated, live (the copy's contract).
-                unsafe {
-                    self.hsa.hsa_amd_agents_allow_access(
-                        1,
-                        &self.agent,
-                        std::ptr::null(),
-                        info.host_base,
-                    )?
-                };
-            }
-            let at = info
-                .agent_base
-                .cast::<u8>()
-                .wrapping_add(start - info.host_base as usize)
-                .cast();
-            return settle(self.dma(at, self.cpu, src, self.agent, len));
-        }
-        let chunk = len.min(STAGING_CHUNK);
-        let staging = self.alloc(chunk as u64, MemoryKind::Host).map_err(|e| {
-            e.context(format!(
-                "a staging buffer of {chunk} bytes for a copy of {len} bytes to the host"
-            ))
-        })?;
-        let at = staging.0 as *mut c_void;
-        let mut done = 0;
-        while done < len {
-            let n = chunk.min(len - done);
-            // `src + done` stays inside the copy's source (its contract).
-            let from = src.cast::<u8>().wrapping_add(done).cast();
-            match self.dma(at, self.cpu, from, self.agent, n) {
-                (Ok(()), _) => {
-                    // SAFETY: the DMA into the staging buffer has completed; `host` is
-                    // writable for `len` bytes (the copy's contract) and is not the staging
-                    // buffer, which this call allocated.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            at.cast::<u8>(),
-                            host.cast::<u8>().add(done),
-                            n,
-                        )
-                    };
-                    done += n;
-                }
-                (Err(e), settled) => {
-                    if settled {
-                        // The engine is done with it (the copy never started, or ended).
-                        self.free(staging, chunk as u64, MemoryKind::Host);
-                    }
-                    let e = if done == 0 {
-                        e
-                    } else {
-                        e.context(format!("after {done} of {len} bytes reached the host"))
-                    };
-                    return settle((Err(e), settled));
-                }
-            }
-        }
-        self.free(staging, chunk as u64, MemoryKind::Host);
-        Ok(())
     }
 
     /// Runs `f` on a pinned copy of `host..host+len` (the source of a copy to the device): host

@@ -36,6 +36,7 @@ pub mod memory;
 mod plugin;
 pub mod queue;
 pub mod select;
+pub mod staging;
 
 pub use device::{Device, MAX_COPY_PIECES};
 pub use hooks::{Backend, DeviceBackend, Fit, HostPtr, Op};

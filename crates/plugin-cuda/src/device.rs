@@ -18,7 +18,7 @@ use offload_core::{
 use offload_jit_client::ptxas::Ptxas;
 use offload_plugin_common::{DeviceBackend, Fit, Op, args};
 use std::ffi::{CString, c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// `CU_STREAM_NON_BLOCKING`
 const STREAM_NON_BLOCKING: u32 = 1;
@@ -148,6 +148,10 @@ pub struct CudaDevice {
     /// Shared memory a block may have once its kernel opts in (227 KiB on an H200).
     shared_optin: u32,
     ptxas: Option<Ptxas>,
+    /// This device's pinned and managed allocations, start to length: the driver copies to
+    /// them asynchronously (a copy to pageable memory completes before the call returns), so
+    /// a copy to the host that lands in one is staged ([`CudaDevice::copy_to_pinned`]).
+    pinned: Mutex<std::collections::BTreeMap<usize, usize>>,
 }
 
 // SAFETY: the context handle may be made current on any thread.
@@ -218,6 +222,7 @@ impl CudaDevice {
             info,
             shared_optin,
             ptxas,
+            pinned: Mutex::default(),
         })
     }
 
@@ -331,6 +336,49 @@ impl CudaDevice {
     fn sync(&self, stream: CUstream) -> Result<()> {
         // SAFETY: a stream of this context (or the default stream).
         unsafe { self.driver.cuStreamSynchronize(stream) }.map_err(Error::of_a_wait)
+    }
+
+    /// Whether `start..start+len` lies in one pinned or managed allocation of this device.
+    fn is_pinned(&self, start: usize, len: usize) -> bool {
+        let pinned = offload_core::sync::lock(&self.pinned);
+        pinned
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(&at, &bytes)| start.saturating_add(len) <= at.saturating_add(bytes))
+    }
+
+    /// Copies `len` bytes from device memory `src` to `host`, pinned or managed memory of
+    /// this device that the program has as a slice, on `stream` after its earlier work:
+    /// through a pinned staging buffer ([`offload_plugin_common::staging`]), each chunk
+    /// copied, waited for and copied out by the CPU, so that a copy whose wait gives up never
+    /// writes memory the program has back.
+    fn copy_to_pinned(
+        &self,
+        stream: CUstream,
+        host: *mut u8,
+        src: DevicePtr,
+        len: usize,
+    ) -> Result<()> {
+        let fill = |at: *mut u8, offset: usize, n: usize| {
+            // SAFETY: the staging buffer holds `n` bytes; the source range lies in a live
+            // allocation of this device (layer check); waited for at once.
+            unsafe {
+                self.driver
+                    .cuMemcpyDtoHAsync_v2(at.cast(), src.0 + offset as u64, n, stream)?
+            };
+            self.sync(stream)
+        };
+        // SAFETY: `host` is writable for `len` bytes (the copy's contract); the staging
+        // buffer is this call's, apart from it.
+        unsafe {
+            offload_plugin_common::staging::copy_to_host(
+                host,
+                len,
+                |n| Ok(self.alloc(n as u64, MemoryKind::Host)?.0 as *mut u8),
+                fill,
+                |at, n| self.free(DevicePtr(at as u64), n as u64, MemoryKind::Host),
+            )
+        }
     }
 }
 
@@ -538,6 +586,7 @@ impl DeviceBackend for CudaDevice {
                 let mut p: *mut c_void = std::ptr::null_mut();
                 // SAFETY: as above; pinned host memory is addressable by the device (UVA).
                 unsafe { self.driver.cuMemAllocHost_v2(&mut p, bytes)? };
+                offload_core::sync::lock(&self.pinned).insert(p as usize, bytes);
                 Ok(DevicePtr(p as u64))
             }
             MemoryKind::Shared => {
@@ -547,12 +596,16 @@ impl DeviceBackend for CudaDevice {
                     self.driver
                         .cuMemAllocManaged(&mut p, bytes, MEM_ATTACH_GLOBAL)?
                 };
+                offload_core::sync::lock(&self.pinned).insert(p as usize, bytes);
                 Ok(DevicePtr(p))
             }
         }
     }
 
     fn free(&self, ptr: DevicePtr, _size: u64, kind: MemoryKind) {
+        if kind != MemoryKind::Device {
+            offload_core::sync::lock(&self.pinned).remove(&(ptr.0 as usize));
+        }
         // SAFETY: an allocation of this kind made by `alloc`, freed once, after the last
         // operation using it has completed (the layer releases it after the stream's drain).
         let _ = unsafe {
@@ -610,8 +663,12 @@ impl DeviceBackend for CudaDevice {
                         .cuMemcpyHtoDAsync_v2(dst.0, src.0 as *const c_void, len, s)?
                 };
             }
+            Op::CopyFromDevice { dst, src, len } if self.is_pinned(dst.0 as usize, len) => {
+                return self.copy_to_pinned(s, dst.0, src, len);
+            }
             Op::CopyFromDevice { dst, src, len } => {
-                // SAFETY: as above.
+                // SAFETY: as above; to pageable memory the driver completes the copy before
+                // the call returns, so a later failed wait cannot leave it writing.
                 unsafe {
                     self.driver
                         .cuMemcpyDtoHAsync_v2(dst.0.cast(), src.0, len, s)?

@@ -11,12 +11,11 @@
 //! releases what the operations used. Work without a queue goes through an immediate list of the device's own and is waited
 //! for the same way, operation by operation.
 //!
-//! A copy to host memory that is not a host or shared allocation of this device (the
-//! program's own memory) goes through a host allocation ([`ZeDevice::copy_to_host`]): the copy
+//! A copy to the host goes through a host allocation ([`ZeDevice::copy_to_host`]): the copy
 //! engine fills it, the stream is drained, and the CPU copies it out, so a copy whose wait
 //! gives up can write only the staging memory, which is then never freed, not memory the
-//! program has been given back. Such a copy is synchronous on a queue too (CUDA's driver
-//! treats a copy to pageable memory the same way).
+//! program has been given back. Such a copy drains its stream when it runs, on a queue too
+//! (the queue's worker waits for it there).
 //!
 //! Kernel arguments are state of the kernel object (`zeKernelSetArgumentValue`, captured when
 //! the launch is appended): the arguments, the group size and the append happen under the
@@ -237,9 +236,6 @@ pub struct ZeDevice {
     /// The largest single allocation (`maxMemAllocSize`; 0 if the driver does not say).
     max_alloc: u64,
     own: Mutex<Option<Arc<Stream>>>,
-    /// The live host and shared allocations of this device, start to length: a copy to the
-    /// host writes these in place; any other host memory is staged.
-    host_memory: Mutex<std::collections::BTreeMap<usize, usize>>,
 }
 
 impl std::fmt::Debug for ZeDevice {
@@ -376,7 +372,6 @@ impl ZeDevice {
             max_shared: compute.max_shared_local_memory,
             max_alloc: props.max_mem_alloc_size,
             own: Mutex::new(None),
-            host_memory: Mutex::default(),
         })
     }
 
@@ -789,16 +784,10 @@ impl DeviceBackend for ZeDevice {
                 )?,
             }
         };
-        if kind != MemoryKind::Device {
-            offload_core::sync::lock(&self.host_memory).insert(p as usize, bytes);
-        }
         Ok(DevicePtr(p as u64))
     }
 
-    fn free(&self, ptr: DevicePtr, _size: u64, kind: MemoryKind) {
-        if kind != MemoryKind::Device {
-            offload_core::sync::lock(&self.host_memory).remove(&(ptr.0 as usize));
-        }
+    fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
         // SAFETY: an allocation of this context, freed once, after the last operation using
         // it completed.
         let _ = unsafe { self.ze.zeMemFree(self.context.handle, ptr.0 as *mut c_void) };
@@ -845,35 +834,20 @@ impl DeviceBackend for ZeDevice {
                 (&*own, true)
             }
         };
-        if let Op::CopyFromDevice { dst, src, len } = op
-            && !self.is_host_allocation(dst.0 as usize, len)
-        {
-            return self.copy_to_host(stream, dst.0.cast(), src, len);
+        if let Op::CopyFromDevice { dst, src, len } = op {
+            return self.copy_to_host(stream, dst.0, src, len);
         }
         self.append(op, stream)?;
         if wait { stream.drain() } else { Ok(()) }
     }
 }
 
-/// The largest staging allocation of a copy to the program's own host memory
-/// ([`ZeDevice::copy_to_host`]): a longer copy goes through it in chunks.
-const STAGING_CHUNK: usize = 64 << 20;
-
 impl ZeDevice {
-    /// Whether `start..start+len` lies in one host or shared allocation of this device.
-    fn is_host_allocation(&self, start: usize, len: usize) -> bool {
-        let memory = offload_core::sync::lock(&self.host_memory);
-        memory
-            .range(..=start)
-            .next_back()
-            .is_some_and(|(&at, &bytes)| start.saturating_add(len) <= at.saturating_add(bytes))
-    }
-
-    /// Copies `len` bytes from device memory `src` to the program's own host memory `host`,
-    /// after the stream's earlier work: through a host allocation of at most
-    /// [`STAGING_CHUNK`] bytes, chunk by chunk, each appended, drained and copied out by the
-    /// CPU. A drain that does not settle leaves the staging allocation for good (the copy
-    /// engine may still write it) and `host` as far as the completed chunks filled it.
+    /// Copies `len` bytes from device memory `src` to `host`, after the stream's earlier work:
+    /// through a host allocation ([`offload_plugin_common::staging`]), each chunk appended,
+    /// drained and copied out by the CPU. The program has `host` back when the call returns,
+    /// settled or not (a `&mut [T]` it lent, a host allocation of its own too), so the copy
+    /// engine never writes it.
     fn copy_to_host(
         &self,
         stream: &Stream,
@@ -881,54 +855,35 @@ impl ZeDevice {
         src: DevicePtr,
         len: usize,
     ) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        let chunk = len.min(STAGING_CHUNK);
-        let staging = self.alloc(chunk as u64, MemoryKind::Host).map_err(|e| {
-            e.context(format!(
-                "a staging buffer of {chunk} bytes for a copy of {len} bytes to the host"
-            ))
-        })?;
-        let free = || self.free(staging, chunk as u64, MemoryKind::Host);
-        let mut done = 0;
-        while done < len {
-            let n = chunk.min(len - done);
-            let appended = stream.append("copy from the device", |list| {
-                // SAFETY: the staging allocation holds `n` bytes and the source range lies in
-                // device memory the layer keeps until the copy has run; `done + n <= len`.
+        let fill = |at: *mut u8, offset: usize, n: usize| {
+            stream.append("copy from the device", |list| {
+                // SAFETY: the staging allocation holds `n` bytes; the source range lies in
+                // device memory the layer keeps until the copy has run.
                 unsafe {
                     self.ze.zeCommandListAppendMemoryCopy(
                         list,
-                        staging.0 as *mut c_void,
-                        (src.0 + done as u64) as *const c_void,
+                        at.cast(),
+                        (src.0 + offset as u64) as *const c_void,
                         n,
                         std::ptr::null_mut(),
                         0,
                         std::ptr::null_mut(),
                     )
                 }
-            });
-            let out = appended.and_then(|()| stream.drain());
-            if let Err(e) = out {
-                if !e.is_unsettled() {
-                    // Not appended, or the device's work is lost: nothing writes it.
-                    free();
-                }
-                return Err(if done == 0 {
-                    e
-                } else {
-                    e.context(format!("after {done} of {len} bytes reached the host"))
-                });
-            }
-            // SAFETY: the copy into the staging allocation has completed (drained); `host`
-            // is writable for `len` bytes (the copy's contract) and is no allocation of this
-            // device, so not the staging one.
-            unsafe { std::ptr::copy_nonoverlapping(staging.0 as *const u8, host.add(done), n) };
-            done += n;
+            })?;
+            stream.drain()
+        };
+        // SAFETY: `host` is writable for `len` bytes (the copy's contract); the staging
+        // allocation is this call's, apart from it.
+        unsafe {
+            offload_plugin_common::staging::copy_to_host(
+                host,
+                len,
+                |n| Ok(self.alloc(n as u64, MemoryKind::Host)?.0 as *mut u8),
+                fill,
+                |at, n| self.free(DevicePtr(at as u64), n as u64, MemoryKind::Host),
+            )
         }
-        free();
-        Ok(())
     }
 
     /// Appends `op` to `stream`'s list.
