@@ -11,7 +11,9 @@ need_apt=()
 # libze1 / libze-dev: the oneAPI Level Zero loader, which the level-zero plugin's tests load for
 # real (no driver here: it reports no device) and whose headers the fake driver is built
 # against; spirv-tools: spirv-as and spirv-val, which make and check the tests' SPIR-V.
-for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config libhsa-runtime64-1 libhsa-runtime-dev libomp-19-dev libze1 libze-dev spirv-tools; do
+# libopenmpi-dev / openmpi-bin: Open MPI, which crates/offload-mpi builds against (the mpi
+# crate) and whose mpirun starts the remote-device tests' jobs.
+for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config libhsa-runtime64-1 libhsa-runtime-dev libomp-19-dev libze1 libze-dev spirv-tools libopenmpi-dev openmpi-bin; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     need_apt+=("$pkg")
   fi
