@@ -292,9 +292,13 @@ impl Writer {
         self.u64(b.len() as u64);
         self.0.extend_from_slice(b);
     }
+    /// A text, cut to [`MAX_TEXT`] bytes at a character boundary.
     fn text(&mut self, t: &str) {
-        let t = &t.as_bytes()[..t.len().min(MAX_TEXT as usize)];
-        self.bytes(t);
+        let mut end = t.len().min(MAX_TEXT as usize);
+        while !t.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.bytes(&t.as_bytes()[..end]);
     }
     fn finish(mut self) -> Vec<u8> {
         let len = (self.0.len() - HEADER) as u64;
@@ -460,6 +464,24 @@ mod tests {
         for (i, r) in replies().into_iter().enumerate() {
             assert_eq!(Reply::decode(&r.encode(i as u64)).unwrap(), (i as u64, r));
         }
+    }
+
+    #[test]
+    fn a_text_too_long_is_cut_at_a_character_and_still_decodes() {
+        let message = "é".repeat(MAX_TEXT as usize); // two bytes each
+        let (_, back) = Reply::decode(
+            &Reply::Failed {
+                kind: 10,
+                message: format!("x{message}"),
+            }
+            .encode(3),
+        )
+        .unwrap();
+        let Reply::Failed { message: cut, .. } = back else {
+            panic!("{back:?}")
+        };
+        assert!(cut.len() <= MAX_TEXT as usize && cut.len() >= MAX_TEXT as usize - 1);
+        assert!(cut.starts_with("xé") && cut.ends_with('é'));
     }
 
     #[test]
