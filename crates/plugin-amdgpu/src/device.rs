@@ -687,19 +687,17 @@ impl AmdDevice {
     /// returns, settled or not (a `&mut [T]` it lent, its pinned memory too), so the DMA never
     /// writes it: a DMA that does not settle leaves the staging buffer for good instead.
     fn copy_to_host(&self, host: *mut c_void, src: *const c_void, len: usize) -> Result<()> {
-        // SAFETY: `host` is writable for `len` bytes (the copy's contract); the staging buffer
-        // is an allocation of this call, apart from it.
+        // SAFETY: `host` is writable for `len` bytes (the copy's contract).
         unsafe {
-            offload_plugin_common::staging::copy_to_host(
+            offload_plugin_common::staging::copy_to_host_via(
+                self,
                 host.cast(),
                 len,
-                |n| Ok(self.alloc(n as u64, MemoryKind::Host)?.0 as *mut u8),
                 |at, offset, n| {
                     // `src + offset` stays inside the copy's source (its contract).
                     let from = src.cast::<u8>().wrapping_add(offset).cast();
                     settle(self.dma(at.cast(), self.cpu, from, self.agent, n))
                 },
-                |at, n| self.free(DevicePtr(at as u64), n as u64, MemoryKind::Host),
             )
         }
     }

@@ -6,14 +6,39 @@
 //! copies to such memory run on the device's own engine (AMD's DMA, Level Zero's copy engine,
 //! CUDA's copies into pinned memory) copies into a staging buffer of its own, waits, and the
 //! CPU copies the bytes out: a copy that does not settle leaves only the staging buffer to be
-//! written, and that is then never freed. One loop for every backend: [`copy_to_host`].
+//! written, and that is then never freed. One loop for every backend: [`copy_to_host_via`].
 
+use crate::DeviceBackend;
 #[cfg(test)]
 use offload_core::Error;
-use offload_core::Result;
+use offload_core::{DevicePtr, MemoryKind, Result};
 
 /// The largest staging buffer: a longer copy goes through it in chunks.
 pub const STAGING_CHUNK: usize = 64 << 20;
+
+/// [`copy_to_host`] through a staging buffer of `device`'s host memory
+/// (`alloc(.., MemoryKind::Host)`, pinned and reachable by the device).
+///
+/// # Safety
+/// `host` is valid for writes of `len` bytes.
+pub unsafe fn copy_to_host_via<D: DeviceBackend>(
+    device: &D,
+    host: *mut u8,
+    len: usize,
+    fill: impl FnMut(*mut u8, usize, usize) -> Result<()>,
+) -> Result<()> {
+    // SAFETY: the caller's contract; the staging buffer is a new allocation, apart from
+    // `host`, readable for its size until `free`.
+    unsafe {
+        copy_to_host(
+            host,
+            len,
+            |n| Ok(device.alloc(n as u64, MemoryKind::Host)?.0 as *mut u8),
+            fill,
+            |at, n| device.free(DevicePtr(at as u64), n as u64, MemoryKind::Host),
+        )
+    }
+}
 
 /// Copies `len` bytes to `host` through a staging buffer of `min(len, STAGING_CHUNK)` bytes
 /// (`alloc` makes it, `free` frees it), chunk by chunk: `fill(staging, offset, n)` copies
@@ -27,7 +52,7 @@ pub const STAGING_CHUNK: usize = 64 << 20;
 /// # Safety
 /// `host` is valid for writes of `len` bytes and does not overlap the staging buffer; `alloc`
 /// returns memory valid for reads of the size it is asked for, which `free` frees.
-pub unsafe fn copy_to_host(
+unsafe fn copy_to_host(
     host: *mut u8,
     len: usize,
     alloc: impl FnOnce(usize) -> Result<*mut u8>,

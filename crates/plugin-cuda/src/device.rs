@@ -368,17 +368,8 @@ impl CudaDevice {
             };
             self.sync(stream)
         };
-        // SAFETY: `host` is writable for `len` bytes (the copy's contract); the staging
-        // buffer is this call's, apart from it.
-        unsafe {
-            offload_plugin_common::staging::copy_to_host(
-                host,
-                len,
-                |n| Ok(self.alloc(n as u64, MemoryKind::Host)?.0 as *mut u8),
-                fill,
-                |at, n| self.free(DevicePtr(at as u64), n as u64, MemoryKind::Host),
-            )
-        }
+        // SAFETY: `host` is writable for `len` bytes (the copy's contract).
+        unsafe { offload_plugin_common::staging::copy_to_host_via(self, host, len, fill) }
     }
 }
 

@@ -108,6 +108,33 @@ impl Drop for Stream {
 }
 
 impl Stream {
+    /// Appends a copy of `len` bytes from `src` to `dst` ([`Stream::append`]).
+    ///
+    /// # Safety
+    /// Both ranges are valid for `len` bytes until the list has run, and do not overlap.
+    unsafe fn append_copy(
+        &self,
+        what: &str,
+        dst: *mut c_void,
+        src: *const c_void,
+        len: usize,
+    ) -> Result<()> {
+        self.append(what, |list| {
+            // SAFETY: the caller's contract; no event to signal, none to wait for.
+            unsafe {
+                self.ze.zeCommandListAppendMemoryCopy(
+                    list,
+                    dst,
+                    src,
+                    len,
+                    std::ptr::null_mut(),
+                    0,
+                    std::ptr::null_mut(),
+                )
+            }
+        })
+    }
+
     /// Appends with `append`, under the list's lock, after a barrier if a command is before
     /// it (so that it starts when that one has finished).
     fn append(&self, what: &str, append: impl FnOnce(Handle) -> Result<()>) -> Result<()> {
@@ -834,11 +861,14 @@ impl DeviceBackend for ZeDevice {
                 (&*own, true)
             }
         };
-        if let Op::CopyFromDevice { dst, src, len } = op {
-            return self.copy_to_host(stream, dst.0, src, len);
-        }
+        // A copy to the host drains the stream itself (`copy_to_host`).
+        let drained = matches!(op, Op::CopyFromDevice { .. });
         self.append(op, stream)?;
-        if wait { stream.drain() } else { Ok(()) }
+        if wait && !drained {
+            stream.drain()
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -856,89 +886,51 @@ impl ZeDevice {
         len: usize,
     ) -> Result<()> {
         let fill = |at: *mut u8, offset: usize, n: usize| {
-            stream.append("copy from the device", |list| {
-                // SAFETY: the staging allocation holds `n` bytes; the source range lies in
-                // device memory the layer keeps until the copy has run.
-                unsafe {
-                    self.ze.zeCommandListAppendMemoryCopy(
-                        list,
-                        at.cast(),
-                        (src.0 + offset as u64) as *const c_void,
-                        n,
-                        std::ptr::null_mut(),
-                        0,
-                        std::ptr::null_mut(),
-                    )
-                }
-            })?;
+            // SAFETY: the staging allocation holds `n` bytes; the source range lies in device
+            // memory the layer keeps until the copy has run, and is drained at once.
+            unsafe {
+                stream.append_copy(
+                    "copy from the device",
+                    at.cast(),
+                    (src.0 + offset as u64) as *const c_void,
+                    n,
+                )
+            }?;
             stream.drain()
         };
-        // SAFETY: `host` is writable for `len` bytes (the copy's contract); the staging
-        // allocation is this call's, apart from it.
-        unsafe {
-            offload_plugin_common::staging::copy_to_host(
-                host,
-                len,
-                |n| Ok(self.alloc(n as u64, MemoryKind::Host)?.0 as *mut u8),
-                fill,
-                |at, n| self.free(DevicePtr(at as u64), n as u64, MemoryKind::Host),
-            )
-        }
+        // SAFETY: `host` is writable for `len` bytes (the copy's contract).
+        unsafe { offload_plugin_common::staging::copy_to_host_via(self, host, len, fill) }
     }
 
-    /// Appends `op` to `stream`'s list.
+    /// Appends `op` to `stream`'s list; a copy to the host is staged and drained
+    /// ([`ZeDevice::copy_to_host`]).
     fn append(&self, op: Op<'_, Self>, stream: &Stream) -> Result<()> {
         let ze = &self.ze;
         match op {
-            Op::CopyToDevice { dst, src, len } => stream.append("copy to the device", |list| {
-                // SAFETY: both ranges are valid for `len` bytes until the list has run (the
-                // layer keeps them until the stream is drained).
-                unsafe {
-                    ze.zeCommandListAppendMemoryCopy(
-                        list,
-                        dst.0 as *mut c_void,
-                        src.0.cast_const().cast(),
-                        len,
-                        std::ptr::null_mut(),
-                        0,
-                        std::ptr::null_mut(),
-                    )
-                }
-            }),
-            Op::CopyFromDevice { dst, src, len } => {
-                stream.append("copy from the device", |list| {
-                    // SAFETY: as above.
-                    unsafe {
-                        ze.zeCommandListAppendMemoryCopy(
-                            list,
-                            dst.0.cast(),
-                            src.0 as *const c_void,
-                            len,
-                            std::ptr::null_mut(),
-                            0,
-                            std::ptr::null_mut(),
-                        )
-                    }
-                })
-            }
+            // SAFETY: both ranges are valid for `len` bytes until the list has run (the layer
+            // keeps them until the stream is drained).
+            Op::CopyToDevice { dst, src, len } => unsafe {
+                stream.append_copy(
+                    "copy to the device",
+                    dst.0 as *mut c_void,
+                    src.0.cast_const().cast(),
+                    len,
+                )
+            },
+            Op::CopyFromDevice { dst, src, len } => self.copy_to_host(stream, dst.0, src, len),
             Op::CopyDeviceToDevice { dst, src, len } => {
                 let len = usize::try_from(len).map_err(|_| {
                     Error::InvalidArgument(format!("{len} bytes cannot be copied here"))
                 })?;
-                stream.append("device copy", |list| {
-                    // SAFETY: as above; the layer hands over disjoint ranges.
-                    unsafe {
-                        ze.zeCommandListAppendMemoryCopy(
-                            list,
-                            dst.0 as *mut c_void,
-                            src.0 as *const c_void,
-                            len,
-                            std::ptr::null_mut(),
-                            0,
-                            std::ptr::null_mut(),
-                        )
-                    }
-                })
+                // SAFETY: as above; the layer hands over disjoint ranges.
+                unsafe {
+                    stream.append_copy(
+                        "device copy",
+                        dst.0 as *mut c_void,
+                        src.0 as *const c_void,
+                        len,
+                    )
+                }
             }
             Op::Launch {
                 kernel,
