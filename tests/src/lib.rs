@@ -992,7 +992,8 @@ pub enum HungRead {
 /// function (in library `fake`) makes the hung copy write, late, as an engine caught in a
 /// fault may: it must miss the program's memory (the copy went to staging memory), and neither
 /// its staging memory nor the device buffer it reads may have been freed (no "use-after-free",
-/// no free of either in `log`). Returns the read's error.
+/// no free of either in `log`); and the device is failed for good (an allocation after is
+/// refused, saying so). Returns the read's error.
 pub fn hung_read(
     device: &offload::Device,
     fake: &Path,
@@ -1060,6 +1061,13 @@ pub fn hung_read(
         .filter(|l| l.starts_with("use-after-free") || l.starts_with("bad-"))
         .collect();
     assert!(bad.is_empty(), "{bad:?}");
+    let later = device.alloc::<u32>(4).map(drop).unwrap_err();
+    assert!(
+        later
+            .to_string()
+            .contains("failed for good by an operation that did not settle"),
+        "{later}"
+    );
     e
 }
 

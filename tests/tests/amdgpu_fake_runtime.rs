@@ -1014,6 +1014,7 @@ fn hung_copy_to_the_host(tag: &str, how: HungRead) {
         &log,
     );
     assert!(e.to_string().contains("memory access fault"), "{e}");
+    // The device stays failed, naming the fault.
     let later = device.alloc::<u32>(4).map(drop).unwrap_err();
     assert!(later.to_string().contains("memory access fault"), "{later}");
 }

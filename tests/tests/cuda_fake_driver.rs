@@ -1194,13 +1194,6 @@ fn hung_copy_to_the_host(tag: &str, how: HungRead) {
         lines.iter().any(|l| l == "stream-synchronize-gives-up 46"),
         "{lines:#?}"
     );
-    let later = device.alloc::<u32>(4).map(drop).unwrap_err();
-    assert!(
-        later
-            .to_string()
-            .contains("failed for good by an operation that did not settle"),
-        "{later}"
-    );
 }
 
 /// An add_k launch, queued or not, on the fake driver that `env` makes fail ([`fail_a_launch`]),

@@ -839,13 +839,6 @@ fn hung_copy_to_the_host(tag: &str, how: HungRead) {
         lines.iter().any(|l| l == "event-sync-gives-up 0x1"),
         "{lines:#?}"
     );
-    let later = device.alloc::<u32>(4).map(drop).unwrap_err();
-    assert!(
-        later
-            .to_string()
-            .contains("failed for good by an operation that did not settle"),
-        "{later}"
-    );
 }
 
 #[test]
