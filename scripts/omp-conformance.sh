@@ -9,6 +9,9 @@
 #               find it at run time through their rpath.
 #   --jit       build every test with -fopenmp-target-jit (device code embedded as bitcode, to
 #               be compiled by the runtime's JIT at the first target region)
+#   --remote    run every test program as rank 0 of an MPI job with one offload-mpi-proxy,
+#               seeing only the job's remote devices (scripts/mpi-remote): the suite against a
+#               remote host device
 #   --jobs N    parallel tests (default: the number of cores)
 #   -v          lit's verbose output (each failure's commands and output)
 #   --out DIR   where lit writes the test programs and results (default .tools/omp-conformance/
@@ -43,6 +46,7 @@ root=$PWD
 
 lib=/usr/lib/llvm-19/lib
 mode=aot
+remote=""
 target=x86_64-pc-linux-gnu
 more_flags=""
 gpu_arch=""
@@ -58,6 +62,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --lib) lib=$(cd "$2" 2>/dev/null && pwd) || { echo "omp-conformance: --lib '$2' is not a directory" >&2; exit 2; }; shift 2 ;;
     --jit) mode=jit; shift ;;
+    --remote) remote=1; shift ;;
     --jobs) jobs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --target) target=$2; shift 2 ;;
@@ -131,7 +136,7 @@ fi
 src=$suite/offload/test
 
 if [ -z "$out" ]; then
-  out=$root/.tools/omp-conformance/$(echo "$lib" | tr '/' '_')-$mode
+  out=$root/.tools/omp-conformance/$(echo "$lib" | tr '/' '_')-$mode${remote:+-remote}
   [ "$target" = x86_64-pc-linux-gnu ] || out=$out-$target
 fi
 mkdir -p "$out"
@@ -194,6 +199,16 @@ config.has_libomptarget_ompt = True
 config.libomptarget_has_libc = False
 lit_config.load_config(config, "$src/lit.cfg")
 EOF
+if [ -n "$remote" ]; then
+  # Each test program runs as rank 0 of an MPI job whose one other rank is a proxy.
+  cat >> "$out/lit.site.cfg" <<EOF
+run = "%libomptarget-run-$target"
+config.substitutions = [
+    (k, v.replace("%t", "$root/scripts/mpi-remote %t", 1)) if k in (run, run.replace("-run-", "-run-fail-")) else (k, v)
+    for (k, v) in config.substitutions
+]
+EOF
+fi
 if [ -n "$record" ]; then
   # Only the compiles run (scripts/lit_record.py).
   cat >> "$out/lit.site.cfg" <<EOF
@@ -224,8 +239,8 @@ try:
 except SystemExit:
     pass
 PY
-python3 - "$out/results.json" "$mode${record:+ recording: counts mean nothing}" "$lib" "$(( $(date +%s) - start ))" "$target" <<'PY'
-import json, sys, collections
+REMOTE=$remote python3 - "$out/results.json" "$mode${record:+ recording: counts mean nothing}" "$lib" "$(( $(date +%s) - start ))" "$target" <<'PY'
+import json, os, sys, collections
 path, mode, lib, secs, target = sys.argv[1:]
 if target != "x86_64-pc-linux-gnu":
     mode = f"{target}, {mode}"
@@ -241,6 +256,8 @@ with open(path.replace("results.json", "failed.txt"), "w") as f:
     for t in sorted(tests, key=lambda t: t["name"]):
         if t["code"] in ("FAIL", "XPASS", "UNRESOLVED", "TIMEOUT"):
             f.write(f'{t["code"]} {t["name"].split(" :: ")[-1]}\n')
+if os.environ.get("REMOTE"):
+    mode += ", remote device over MPI"
 print(f"omp-conformance: {passed} passed, {failed} failed, {codes['UNSUPPORTED']} unsupported "
       f"({mode}, {lib}, {secs} s; failures listed in {path.replace('results.json', 'failed.txt')})")
 PY

@@ -97,8 +97,9 @@ elif p["status"] == "ok": print("GPUs: " + ", ".join(d.get("name", "?") + " (" +
 else: print(p.get("reason") or p["status"])
 ' 2>/dev/null || echo "offload info failed")
 run_group level-zero -p plugin-level-zero -p offload-tests -E 'package(plugin-level-zero) | binary(level_zero) | binary(level_zero_fake_driver)'
-# MPI: the message format, and jobs under Open MPI's mpirun (one machine, several ranks).
-run_group mpi     -p offload-mpi -p offload-tests -E 'package(offload-mpi) | binary(mpi)'
+# MPI: the message format, and jobs under Open MPI's mpirun (one machine, several ranks): the
+# proxy, and the mpi plugin in Rust, CLI and OpenMP programs.
+run_group mpi     -p offload-mpi -p plugin-mpi -p offload-tests -E 'package(offload-mpi) | package(plugin-mpi) | binary(mpi)'
 
 # Every test of the workspace must belong to some group: a test no group runs is a test CI
 # never runs.
@@ -179,10 +180,11 @@ echo "      Zero loader (Debian's libze1) with no driver, and the device path th
 echo "      driver (tests/fake-level-zero: asynchronous immediate lists, events, local memory, faults), the GPU"
 echo "      check's dry run; this machine: $ze_state"
 echo "mpi: the message format (round trips, named errors, a seeded mutation test of the decoder) and jobs"
-echo "      under Open MPI's mpirun: offload-mpi-check against two offload-mpi-proxy ranks serving this"
-echo "      machine's host device (copies of 0 B to 64 MiB byte for byte, refused requests, corrupted"
-echo "      messages), and a job whose ranks are no proxies (named, not waited for); the mpi plugin that"
-echo "      makes remote devices runtime devices is not built yet (issue 38)"
+echo "      under Open MPI's mpirun, one machine, proxies serving its host device: offload-mpi-check (copies of"
+echo "      0 B to 64 MiB byte for byte, refused requests, queued errors, corrupted messages); the mpi plugin:"
+echo "      offload info in and outside a job, the Rust example mpi_saxpy (native and JIT, two queues from two"
+echo "      threads), an OpenMP program AOT and JIT on a remote device only, an image the node cannot run, a"
+echo "      proxy of another version, proxies killed mid-launch and mid-copy (with and without recovery)"
 echo "(jit: the engine, its client and the worker process, incl. PTX/AMDGPU/x86-64 oracle tests against"
 echo " opt-19|llc-19 through the worker, and the isolation tests: LLVM aborts, memory bombs, runaway compiles,"
 echo " killed workers, bitcode mutants; the disk cache across processes: warm starts without LLVM, bad entries,"

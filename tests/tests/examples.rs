@@ -22,6 +22,7 @@ fn clean(mut cmd: Command) -> Command {
     cmd
 }
 
+/// Every example but `mpi_saxpy`, which needs an MPI job and runs in tests/tests/mpi.rs.
 #[test]
 fn every_example_runs_and_checks_its_result() {
     for (bin, says) in [

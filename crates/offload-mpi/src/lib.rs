@@ -1,9 +1,10 @@
-//! Remote devices over MPI (issue 38, first part): the message format ([`wire`]), the proxy's
-//! side ([`serve`]: a node's devices behind the messages, every handle and range checked) and
-//! the program's ([`client`]: requests to the proxy ranks of the job, each answered within a
-//! deadline). The `offload-mpi-proxy` binary runs [`serve`] under MPI; `offload-mpi-check`
-//! is a client that exercises every proxy of its job. The plugin that makes the proxies'
-//! devices devices of the runtime (`mpi:<rank>/<plugin>:<n>`) builds on these.
+//! Remote devices over MPI: the message format ([`wire`]), the proxy's side ([`serve`]: a
+//! node's devices behind the messages, every handle and range checked by the node's own
+//! device layer) and the program's ([`client`]: requests to the proxy ranks of the job, each
+//! answered within a deadline). The `offload-mpi-proxy` binary runs [`serve`] under MPI; the
+//! `mpi` plugin (crates/plugin-mpi) makes the proxies' devices devices of the program
+//! (`mpi:<rank>/<plugin>:<n>`); `offload-mpi-check` speaks the messages directly and
+//! exercises every proxy of its job with requests no plugin would send.
 
 pub mod client;
 pub mod serve;
@@ -15,3 +16,15 @@ pub const TAG_HELLO: i32 = 0x0ff1;
 pub const TAG_REQUEST: i32 = 0x0ff2;
 /// The MPI tag of a reply, proxy to client.
 pub const TAG_REPLY: i32 = 0x0ff3;
+/// The MPI tag that ends a proxy: an empty message from rank 0, understood by a proxy of any
+/// message version (so one the program refused at start ends too).
+pub const TAG_SHUTDOWN: i32 = 0x0ff4;
+
+/// The variable bounding every wait for a proxy, in seconds.
+pub const ENV_TIMEOUT: &str = "OFFLOAD_MPI_TIMEOUT";
+
+/// `OFFLOAD_MPI_TIMEOUT`: seconds, 1 to 86400; 30 when unset. A bad value is an error naming
+/// the variable.
+pub fn timeout_secs() -> offload_core::Result<u32> {
+    offload_core::env::u32_in_range(&[ENV_TIMEOUT], 1, 86_400, 30)
+}

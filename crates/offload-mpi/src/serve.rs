@@ -1,38 +1,70 @@
 //! The proxy's side: a node's devices behind the messages of [`crate::wire`].
 //!
-//! Device memory is held as the safe API's [`offload::DeviceBuffer`]s, named to the client by
-//! opaque handles: an unknown handle, a range outside its allocation or a corrupted message is
-//! a [`Reply::Failed`], never a crash.
+//! Each request is served by the node's own device (the generic device layer of its plugin),
+//! which checks every address, range and handle the request carries against what it handed
+//! out: an unknown handle, a range outside a live allocation or a corrupted message is a
+//! [`Reply::Failed`], never a crash. An image is loaded by the node's device, so JIT input is
+//! compiled here, for this node's devices, through this node's JIT cache.
+//!
+//! Work on a queue is enqueued on the device's own queue and not answered: the bytes it
+//! writes stay here until the queue has run it, the first error is kept for the queue's
+//! synchronisation, and a queued read's bytes are sent back before the reply to the
+//! synchronisation that completes it (of the queue, or of an event recorded after it).
 
 use crate::wire::{RemoteDevice, Reply, Request, VERSION};
-use offload::{Device, DeviceBuffer};
-use offload_core::{Error, Result};
+use offload_core::{
+    DevicePtr, Error, ErrorKind, EventHandle, GenericDevice, KernelHandle, MemoryKind,
+    ProgramHandle, QueueHandle, Result,
+};
 use std::collections::HashMap;
+use std::sync::Arc;
 
-/// What a proxy serves: its node's devices and the allocations made on them.
-#[derive(Debug)]
-pub struct Server {
-    devices: Vec<Device>,
-    allocations: HashMap<u64, DeviceBuffer<u8>>,
-    next: u64,
+/// A device the proxy serves: its plugin's name, its index there, and the device.
+#[derive(Clone)]
+pub struct Served {
+    /// The plugin's name ("host", "cuda").
+    pub plugin: String,
+    /// The device's index in its plugin.
+    pub index: usize,
+    /// The image kinds its plugin serves.
+    pub claims: Vec<offload_core::ImageClaim>,
+    /// The device.
+    pub device: Arc<dyn GenericDevice>,
 }
 
-/// What one message came to: the reply, and whether the proxy ends after sending it.
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Served({}:{})", self.plugin, self.index)
+    }
+}
+
+/// What a queue of a device has pending on the proxy.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Bytes queued copies read from, kept until the queue has run them.
+    held: Vec<Vec<u8>>,
+    /// Queued reads: the request's id and the bytes the device writes.
+    reads: Vec<(u64, Vec<u8>)>,
+    /// The first error met enqueueing work.
+    error: Option<Error>,
+}
+
+/// What a proxy serves: its node's devices and what their queues have pending.
 #[derive(Debug)]
-pub struct Answer {
-    /// The reply's bytes.
-    pub reply: Vec<u8>,
-    /// A [`Request::Shutdown`] was served.
-    pub shutdown: bool,
+pub struct Server {
+    devices: Vec<Served>,
+    queues: HashMap<(u32, u64), Pending>,
+    /// For each recorded event: its queue and the reads queued before its record.
+    events: HashMap<(u32, u64), (u64, Vec<u64>)>,
 }
 
 impl Server {
     /// Serves `devices` (in this order: their indices in the hello).
-    pub fn new(devices: Vec<Device>) -> Server {
+    pub fn new(devices: Vec<Served>) -> Server {
         Server {
             devices,
-            allocations: HashMap::new(),
-            next: 1,
+            queues: HashMap::new(),
+            events: HashMap::new(),
         }
     }
 
@@ -42,13 +74,11 @@ impl Server {
             .devices
             .iter()
             .map(|d| {
-                let info = d.info()?;
                 Ok(RemoteDevice {
-                    plugin: d.plugin_name().to_string(),
-                    index: d.index() as u32,
-                    name: info.name,
-                    compute_unit_kind: info.compute_unit_kind,
-                    total_memory: info.total_memory,
+                    plugin: d.plugin.clone(),
+                    index: d.index as u32,
+                    claims: d.claims.iter().map(|c| c.to_text()).collect(),
+                    info: d.device.info()?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -58,99 +88,362 @@ impl Server {
         })
     }
 
-    /// Answers one message. A message that does not decode is answered with the error (id 0:
-    /// its own id cannot be trusted).
-    pub fn answer(&mut self, message: &[u8]) -> Answer {
+    /// Answers one message: the replies' bytes, in order (none for work on a queue). A message
+    /// that does not decode is answered with the error (id 0: its own id cannot be trusted).
+    pub fn answer(&mut self, message: &[u8]) -> Vec<Vec<u8>> {
         let (id, request) = match Request::decode(message) {
             Ok(r) => r,
-            Err(e) => {
-                return Answer {
-                    reply: Reply::failed(&e).encode(0),
-                    shutdown: false,
-                };
-            }
+            Err(e) => return vec![Reply::failed(&e).encode(0)],
         };
-        let shutdown = request == Request::Shutdown;
-        let reply = self.serve(request).unwrap_or_else(|e| Reply::failed(&e));
-        Answer {
-            reply: reply.encode(id),
-            shutdown,
-        }
-    }
-
-    fn buffer(&self, handle: u64) -> Result<&DeviceBuffer<u8>> {
-        self.allocations.get(&handle).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "handle {handle:#x} is no allocation of this proxy (freed, or never made)"
-            ))
-        })
-    }
-
-    /// The range `offset..offset + len` of an allocation of `size` bytes, or an error naming it.
-    fn range(handle: u64, size: usize, offset: u64, len: u64) -> Result<std::ops::Range<usize>> {
-        let end = offset.checked_add(len);
-        match end {
-            Some(end) if end <= size as u64 => Ok(offset as usize..end as usize),
-            _ => Err(Error::InvalidArgument(format!(
-                "bytes {offset}..{offset}+{len} are outside allocation {handle:#x} ({size} bytes)"
-            ))),
-        }
-    }
-
-    fn serve(&mut self, request: Request) -> Result<Reply> {
-        Ok(match request {
-            Request::Hello => self.hello()?,
-            Request::Alloc { device, bytes } => {
-                let d = self.devices.get(device as usize).ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "device {device}: this proxy has {} device(s)",
-                        self.devices.len()
-                    ))
-                })?;
-                let len = usize::try_from(bytes).map_err(|_| {
-                    Error::OutOfMemory(format!("{bytes} bytes cannot be allocated on this node"))
-                })?;
-                let buffer = d.alloc::<u8>(len)?;
-                let handle = self.next;
-                self.next += 1;
-                self.allocations.insert(handle, buffer);
-                Reply::Handle { handle }
+        let mut replies = Vec::new();
+        let answered = request.answered();
+        let queue = queue_of(&request);
+        match self.serve(id, request, &mut replies) {
+            Ok(reply) if answered => replies.push(reply.encode(id)),
+            Ok(_) => {}
+            Err(e) if answered => replies.push(Reply::failed(&e).encode(id)),
+            // Work on a queue: the first error waits for the queue's synchronisation.
+            Err(e) => {
+                if let Some(key) = queue {
+                    self.queues.entry(key).or_default().error.get_or_insert(e);
+                }
             }
-            Request::Free { handle } => {
-                self.allocations.remove(&handle).ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "handle {handle:#x} is no allocation of this proxy (freed, or never made)"
-                    ))
-                })?;
-                Reply::Done
+        }
+        replies
+    }
+
+    fn device(&self, device: u32) -> Result<&Arc<dyn GenericDevice>> {
+        self.devices
+            .get(device as usize)
+            .map(|d| &d.device)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "device {device}: this proxy has {} device(s)",
+                    self.devices.len()
+                ))
+            })
+    }
+
+    /// Sends back the bytes of the reads `ids` queued on `key` (those still pending), or
+    /// their failure.
+    fn flush_reads(
+        &mut self,
+        key: (u32, u64),
+        ids: Option<&[u64]>,
+        outcome: &Result<()>,
+        replies: &mut Vec<Vec<u8>>,
+    ) {
+        let Some(p) = self.queues.get_mut(&key) else {
+            return;
+        };
+        let (done, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut p.reads)
+            .into_iter()
+            .partition(|(id, _)| ids.is_none_or(|ids| ids.contains(id)));
+        p.reads = kept;
+        for (id, bytes) in done {
+            replies.push(match outcome {
+                Ok(()) => Reply::Bytes { bytes }.encode(id),
+                Err(e) => {
+                    let reply = Reply::failed(e).encode(id);
+                    keep_if_unsettled(e, bytes);
+                    reply
+                }
+            });
+        }
+    }
+
+    /// A queue's outcome at its synchronisation: the first enqueue error, else the device's.
+    fn settle(&mut self, key: (u32, u64), synced: Result<()>) -> Result<()> {
+        let p = self.queues.entry(key).or_default();
+        let first = p.error.take();
+        let held = std::mem::take(&mut p.held);
+        match &synced {
+            Err(e) => held.into_iter().for_each(|b| keep_if_unsettled(e, b)),
+            Ok(()) => drop(held),
+        }
+        match first {
+            Some(e) => Err(e),
+            None => synced,
+        }
+    }
+
+    fn serve(&mut self, id: u64, request: Request, replies: &mut Vec<Vec<u8>>) -> Result<Reply> {
+        let done = |r: Result<()>| r.map(|()| Reply::Done);
+        match request {
+            Request::Hello => self.hello(),
+            Request::CheckImage { device, image } => done(self.device(device)?.check_image(&image)),
+            Request::Load { device, image } => {
+                // SAFETY: the image is the program's, which the job runs as its own code: the
+                // proxy runs it for the program on this node as the program would locally.
+                let p = unsafe { self.device(device)?.load_image(&image)? };
+                Ok(Reply::Value { value: p.0 })
+            }
+            Request::Unload { device, program } => {
+                // SAFETY: the program's side holds no address into it after unloading (its
+                // own unload's contract, which it passes on).
+                done(unsafe { self.device(device)?.unload_image(ProgramHandle(program)) })
+            }
+            Request::Kernel {
+                device,
+                program,
+                name,
+            } => {
+                let k = self.device(device)?.kernel(ProgramHandle(program), &name)?;
+                Ok(Reply::Value { value: k.0 })
+            }
+            Request::Global {
+                device,
+                program,
+                name,
+            } => {
+                let g = self.device(device)?.global(ProgramHandle(program), &name)?;
+                Ok(Reply::Global {
+                    ptr: g.ptr.0,
+                    size: g.size,
+                })
+            }
+            Request::Alloc {
+                device,
+                bytes,
+                kind,
+            } => {
+                let p = self
+                    .device(device)?
+                    .alloc(bytes, MemoryKind::from_u32(kind)?)?;
+                Ok(Reply::Value { value: p.0 })
+            }
+            Request::Free { device, ptr } => {
+                // SAFETY: the layer refuses an address it did not hand out or already freed,
+                // and keeps memory until the queued work that uses it has run; the program's
+                // side uses the allocation no more (its free's contract).
+                done(unsafe { self.device(device)?.free(DevicePtr(ptr)) })
             }
             Request::Write {
-                handle,
-                offset,
+                device,
+                dst,
+                queue,
                 bytes,
             } => {
-                let b = self.buffer(handle)?;
-                let r = Self::range(handle, b.len(), offset, bytes.len() as u64)?;
-                if !r.is_empty() {
-                    b.slice(r)?.write(&bytes)?;
+                let d = self.device(device)?.clone();
+                // SAFETY: `bytes` is live for `bytes.len()` bytes; with a queue it is held in
+                // the queue's pending list (its heap block does not move) until the queue is
+                // synchronised. The layer checks that the destination lies in a live
+                // allocation of the device.
+                unsafe {
+                    d.copy_to_device(
+                        DevicePtr(dst),
+                        bytes.as_ptr(),
+                        bytes.len(),
+                        queue.map(QueueHandle),
+                    )?
+                };
+                if let Some(q) = queue {
+                    self.queues.entry((device, q)).or_default().held.push(bytes);
                 }
-                Reply::Done
+                Ok(Reply::Done)
             }
             Request::Read {
-                handle,
-                offset,
+                device,
+                src,
                 len,
+                queue,
             } => {
-                let b = self.buffer(handle)?;
-                let r = Self::range(handle, b.len(), offset, len)?;
-                let bytes = if r.is_empty() {
-                    Vec::new()
-                } else {
-                    b.slice(r)?.to_vec()?
+                let d = self.device(device)?.clone();
+                let len = usize::try_from(len).map_err(|_| {
+                    Error::OutOfMemory(format!("a read of {len} bytes does not fit this node"))
+                })?;
+                let mut bytes = Vec::new();
+                bytes.try_reserve_exact(len).map_err(|_| {
+                    Error::OutOfMemory(format!("no room on the proxy for a read of {len} bytes"))
+                })?;
+                bytes.resize(len, 0);
+                // SAFETY: `bytes` is writable for `len` bytes; with a queue it is kept in the
+                // queue's pending reads (its heap block does not move) until the queue or an
+                // event after it is synchronised, and nobody else touches it. The layer checks
+                // the source range.
+                unsafe {
+                    d.copy_from_device(
+                        bytes.as_mut_ptr(),
+                        DevicePtr(src),
+                        len,
+                        queue.map(QueueHandle),
+                    )?
                 };
-                Reply::Bytes { bytes }
+                match queue {
+                    None => Ok(Reply::Bytes { bytes }),
+                    Some(q) => {
+                        self.queues
+                            .entry((device, q))
+                            .or_default()
+                            .reads
+                            .push((id, bytes));
+                        Ok(Reply::Done)
+                    }
+                }
             }
-            Request::Shutdown => Reply::Done,
-        })
+            Request::Copy {
+                device,
+                dst,
+                src,
+                len,
+                queue,
+            } => {
+                // SAFETY: the layer checks that both ranges lie in live allocations of this
+                // device; that nobody else uses the destination meanwhile is the program's
+                // promise, passed on from its own copy.
+                done(unsafe {
+                    self.device(device)?.copy_device_to_device(
+                        DevicePtr(dst),
+                        DevicePtr(src),
+                        len,
+                        queue.map(QueueHandle),
+                    )
+                })
+            }
+            Request::Launch {
+                device,
+                kernel,
+                dims,
+                args,
+                queue,
+            } => {
+                // SAFETY: the program's launch contract (pointers into live memory as long as
+                // the kernel touches, arguments that are the kernel's parameters), passed on
+                // from its own launch; the layer checks handles, the shape and what the
+                // kernel declares.
+                done(unsafe {
+                    self.device(device)?.launch(
+                        KernelHandle(kernel),
+                        &dims,
+                        &args,
+                        queue.map(QueueHandle),
+                    )
+                })
+            }
+            Request::QueueCreate { device } => {
+                let q = self.device(device)?.queue_create()?;
+                Ok(Reply::Value { value: q.0 })
+            }
+            Request::QueueSync { device, queue } | Request::QueueDestroy { device, queue } => {
+                let d = self.device(device)?.clone();
+                let destroy = matches!(request, Request::QueueDestroy { .. });
+                let synced = if destroy {
+                    d.queue_destroy(QueueHandle(queue))
+                } else {
+                    d.queue_synchronize(QueueHandle(queue))
+                };
+                let key = (device, queue);
+                self.flush_reads(key, None, &synced, replies);
+                let outcome = self.settle(key, synced);
+                if destroy {
+                    self.queues.remove(&key);
+                }
+                done(outcome)
+            }
+            Request::EventCreate { device } => {
+                let e = self.device(device)?.event_create()?;
+                Ok(Reply::Value { value: e.0 })
+            }
+            Request::EventRecord {
+                device,
+                event,
+                queue,
+            } => {
+                self.device(device)?
+                    .event_record(EventHandle(event), QueueHandle(queue))?;
+                let before = self
+                    .queues
+                    .get(&(device, queue))
+                    .map(|p| p.reads.iter().map(|(id, _)| *id).collect())
+                    .unwrap_or_default();
+                self.events.insert((device, event), (queue, before));
+                Ok(Reply::Done)
+            }
+            Request::EventWait {
+                device,
+                event,
+                queue,
+            } => done(
+                self.device(device)?
+                    .event_wait(EventHandle(event), QueueHandle(queue)),
+            ),
+            Request::EventSync { device, event } => {
+                let synced = self.device(device)?.event_synchronize(EventHandle(event));
+                self.flush_event(device, event, &synced, replies);
+                done(synced)
+            }
+            Request::EventQuery { device, event } => {
+                let complete = self.device(device)?.event_query(EventHandle(event))?;
+                if complete {
+                    self.flush_event(device, event, &Ok(()), replies);
+                }
+                Ok(Reply::Value {
+                    value: u64::from(complete),
+                })
+            }
+            Request::EventDestroy { device, event } => {
+                self.events.remove(&(device, event));
+                done(self.device(device)?.event_destroy(EventHandle(event)))
+            }
+            Request::EventElapsed { device, start, end } => {
+                let t = self
+                    .device(device)?
+                    .event_elapsed(EventHandle(start), EventHandle(end))?;
+                Ok(Reply::Value {
+                    value: u64::try_from(t.as_nanos()).unwrap_or(u64::MAX),
+                })
+            }
+        }
+    }
+
+    /// After an event completed: the bytes of the reads queued before its record.
+    fn flush_event(
+        &mut self,
+        device: u32,
+        event: u64,
+        outcome: &Result<()>,
+        replies: &mut Vec<Vec<u8>>,
+    ) {
+        if let Some((queue, before)) = self.events.get(&(device, event)).cloned() {
+            self.flush_reads((device, queue), Some(&before), outcome, replies);
+        }
+    }
+}
+
+/// The queue a request's work goes on, if any (where its enqueue error is kept).
+fn queue_of(request: &Request) -> Option<(u32, u64)> {
+    match *request {
+        Request::Write {
+            device,
+            queue: Some(q),
+            ..
+        }
+        | Request::Read {
+            device,
+            queue: Some(q),
+            ..
+        }
+        | Request::Copy {
+            device,
+            queue: Some(q),
+            ..
+        }
+        | Request::Launch {
+            device,
+            queue: Some(q),
+            ..
+        } => Some((device, q)),
+        Request::EventRecord { device, queue, .. } | Request::EventWait { device, queue, .. } => {
+            Some((device, queue))
+        }
+        _ => None,
+    }
+}
+
+/// Memory a device may still write after an unsettled operation (a copy that never
+/// finished) is never freed: it is leaked, as the layer leaks its own staging.
+fn keep_if_unsettled(e: &Error, bytes: Vec<u8>) {
+    if e.kind() == ErrorKind::Unsettled {
+        std::mem::forget(bytes);
     }
 }

@@ -1,24 +1,24 @@
 //! `offload-mpi-check`: rank 0 of a job whose other ranks are `offload-mpi-proxy`
-//! (`mpirun -n 1 offload-mpi-check : -n N offload-mpi-proxy`). For the first device of each
-//! proxy: allocations, copies of 0 bytes to 64 MiB there and back, checked byte for byte;
-//! refused requests (an unknown handle, a range past an allocation, a device it does not have);
-//! corrupted messages, after which the proxy still answers; then a shutdown. Prints a line per
-//! check and ends with status 0 only if every check held.
+//! (`mpirun -n 1 offload-mpi-check : -n N offload-mpi-proxy`), speaking the message format
+//! directly, as no plugin would: for the first device of each proxy, copies of 0 bytes to
+//! 64 MiB there and back, checked byte for byte; refused requests (an address outside every
+//! allocation, a range past one, a device, program or kernel the proxy does not have, an
+//! unknown queue), each an error reply naming the problem; an error of queued work reported
+//! by the queue's synchronisation; corrupted messages, after which the proxy still answers;
+//! then a shutdown (the job ends only if every proxy did). Prints a line per check and ends with status 0 only if every check held.
 
 use offload_mpi::client::Client;
 use offload_mpi::wire::{Reply, Request};
 use std::time::{Duration, Instant};
 
 fn main() {
-    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
+    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Serialized) else {
         eprintln!("offload-mpi-check: MPI could not be initialised (start it under mpirun)");
         std::process::exit(2);
     };
-    let timeout = std::env::var("OFFLOAD_MPI_TIMEOUT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(30), Duration::from_secs);
-    let result = Client::connect(universe.world(), timeout).and_then(|mut c| check(&mut c));
+    let result = offload_mpi::timeout_secs()
+        .and_then(|s| Client::connect(universe.world(), Duration::from_secs(u64::from(s))))
+        .and_then(|c| check(&c));
     match result {
         Ok(n) => println!("mpi-check: ok, {n} proxies"),
         Err(e) => {
@@ -39,18 +39,34 @@ fn fail(what: String) -> offload_core::Error {
     offload_core::Error::InvalidArgument(what)
 }
 
-fn check(c: &mut Client) -> offload_core::Result<usize> {
+fn alloc(c: &Client, rank: i32, bytes: u64) -> offload_core::Result<u64> {
+    match c.request(
+        rank,
+        &Request::Alloc {
+            device: 0,
+            bytes,
+            kind: 0,
+        },
+    )? {
+        Reply::Value { value } => Ok(value),
+        other => Err(fail(format!(
+            "rank {rank}: alloc answered {}",
+            other.name()
+        ))),
+    }
+}
+
+fn check(c: &Client) -> offload_core::Result<usize> {
     let proxies = c.proxies().to_vec();
     for p in &proxies {
         let r = p.rank;
-        for (i, d) in p.devices.iter().enumerate() {
+        for d in &p.devices {
             println!(
-                "mpi-check: rank {r} device {i}: {}:{} {} ({}, {} MiB)",
-                d.plugin,
-                d.index,
-                d.name,
-                d.compute_unit_kind,
-                d.total_memory >> 20
+                "mpi-check: {} {} ({}, {} MiB)",
+                d.address(r),
+                d.info.name,
+                d.info.compute_unit_kind,
+                d.info.total_memory >> 20
             );
         }
         if p.devices.is_empty() {
@@ -58,32 +74,25 @@ fn check(c: &mut Client) -> offload_core::Result<usize> {
         }
         for len in [0usize, 1, 7, 4096, (1 << 20) + 3, 64 << 20] {
             let size = len.max(1) + 16;
-            let Reply::Handle { handle } = c.request(
-                r,
-                &Request::Alloc {
-                    device: 0,
-                    bytes: size as u64,
-                },
-            )?
-            else {
-                return Err(fail(format!("rank {r}: alloc answered without a handle")));
-            };
+            let base = alloc(c, r, size as u64)?;
             let data = pattern(len, len as u64);
             let t = Instant::now();
             c.request(
                 r,
                 &Request::Write {
-                    handle,
-                    offset: 16,
+                    device: 0,
+                    dst: base + 16,
+                    queue: None,
                     bytes: data.clone(),
                 },
             )?;
             let back = c.request(
                 r,
                 &Request::Read {
-                    handle,
-                    offset: 16,
+                    device: 0,
+                    src: base + 16,
                     len: len as u64,
+                    queue: None,
                 },
             )?;
             let took = t.elapsed();
@@ -92,49 +101,65 @@ fn check(c: &mut Client) -> offload_core::Result<usize> {
                     "rank {r}: {len} bytes did not come back as written"
                 )));
             }
-            c.request(r, &Request::Free { handle })?;
+            c.request(
+                r,
+                &Request::Free {
+                    device: 0,
+                    ptr: base,
+                },
+            )?;
             println!("mpi-check: rank {r} copy {len} bytes there and back: ok ({took:?})");
         }
         // Refusals: each an error reply naming the problem, and the proxy serves on.
-        let Reply::Handle { handle } = c.request(
-            r,
-            &Request::Alloc {
-                device: 0,
-                bytes: 64,
-            },
-        )?
-        else {
-            return Err(fail(format!("rank {r}: alloc answered without a handle")));
-        };
+        let base = alloc(c, r, 64)?;
         let refusals = [
             (
                 Request::Read {
-                    handle,
-                    offset: 60,
+                    device: 0,
+                    src: base + 60,
                     len: 8,
+                    queue: None,
                 },
-                "outside allocation",
+                "not inside any live allocation",
             ),
             (
                 Request::Write {
-                    handle,
-                    offset: u64::MAX,
+                    device: 0,
+                    dst: u64::MAX - 4,
+                    queue: None,
                     bytes: vec![1],
                 },
-                "outside allocation",
+                "not inside any live allocation",
             ),
             (
                 Request::Free {
-                    handle: handle + 1000,
+                    device: 0,
+                    ptr: base + 1000,
                 },
-                "no allocation of this proxy",
+                "not the start of a live allocation",
             ),
             (
                 Request::Alloc {
                     device: 99,
                     bytes: 8,
+                    kind: 0,
                 },
                 "device 99: this proxy has",
+            ),
+            (
+                Request::Kernel {
+                    device: 0,
+                    program: 12345,
+                    name: "k".into(),
+                },
+                "was never issued",
+            ),
+            (
+                Request::QueueSync {
+                    device: 0,
+                    queue: 777,
+                },
+                "was never issued",
             ),
         ];
         for (request, want) in refusals {
@@ -144,27 +169,51 @@ fn check(c: &mut Client) -> offload_core::Result<usize> {
                 }
                 other => {
                     return Err(fail(format!(
-                        "rank {r}: {request:?} gave {other:?}, not '{want}'"
+                        "rank {r}: {request:?} gave {other:?}, not an error with '{want}'"
                     )));
                 }
             }
         }
+        // Queued work that fails is not answered; its queue's synchronisation reports it.
+        let Reply::Value { value: queue } = c.request(r, &Request::QueueCreate { device: 0 })?
+        else {
+            return Err(fail(format!("rank {r}: queue create gave no queue")));
+        };
+        c.request(
+            r,
+            &Request::Write {
+                device: 0,
+                dst: base + 60,
+                queue: Some(queue),
+                bytes: vec![0; 8],
+            },
+        )?;
+        match c.request(r, &Request::QueueSync { device: 0, queue }) {
+            Err(e) => println!("mpi-check: rank {r} reports queued work's error at sync: {e}"),
+            Ok(_) => {
+                return Err(fail(format!(
+                    "rank {r}: a queued write past an allocation synchronised without error"
+                )));
+            }
+        }
+        c.request(r, &Request::QueueSync { device: 0, queue })?;
+        c.request(r, &Request::QueueDestroy { device: 0, queue })?;
         // Corrupted messages: an error reply each, then a well-formed request still works.
         let good = Request::Read {
-            handle,
-            offset: 0,
+            device: 0,
+            src: base,
             len: 64,
+            queue: None,
         }
         .encode(9);
         let mut broken = vec![b"OFM".to_vec(), good[..good.len() - 5].to_vec()];
         let mut flipped = good.clone();
         flipped[6] ^= 0x40; // the kind
         broken.push(flipped);
-        for b in &broken {
-            c.send_raw(r, b);
-            let reply = c.wait_reply(r, "a corrupted message")?;
-            match Reply::decode(&reply) {
-                Ok((0, Reply::Failed { message, .. })) => {
+        for b in broken {
+            c.send_raw(r, b, "a corrupted message")?;
+            match c.wait_for(r, None, "a corrupted message") {
+                Ok(Reply::Failed { message, .. }) => {
                     println!("mpi-check: rank {r} refuses a corrupted message: {message}")
                 }
                 other => {
@@ -177,9 +226,10 @@ fn check(c: &mut Client) -> offload_core::Result<usize> {
         let Reply::Bytes { bytes } = c.request(
             r,
             &Request::Read {
-                handle,
-                offset: 0,
+                device: 0,
+                src: base,
                 len: 64,
+                queue: None,
             },
         )?
         else {
@@ -188,8 +238,14 @@ fn check(c: &mut Client) -> offload_core::Result<usize> {
         if bytes.len() != 64 {
             return Err(fail(format!("rank {r}: read gave {} bytes", bytes.len())));
         }
-        c.request(r, &Request::Free { handle })?;
-        c.request(r, &Request::Shutdown)?;
+        c.request(
+            r,
+            &Request::Free {
+                device: 0,
+                ptr: base,
+            },
+        )?;
+        c.shutdown(r);
         println!("mpi-check: rank {r} shut down");
     }
     Ok(proxies.len())

@@ -1,41 +1,143 @@
 //! `offload-mpi-proxy`: serves its node's devices to rank 0 of an MPI job
-//! (`mpirun -n 1 ./app : -n N offload-mpi-proxy`). It says hello (its devices) to rank 0, then
-//! answers each request until a shutdown.
+//! (`mpirun -n 1 ./app : -n N offload-mpi-proxy`). It says hello (its version and devices) to
+//! rank 0, then serves each request until rank 0 sends the shutdown tag (at its exit).
 
 use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::Communicator;
-use offload_mpi::serve::Server;
-use offload_mpi::wire::Reply;
-use offload_mpi::{TAG_HELLO, TAG_REPLY, TAG_REQUEST};
+use offload_mpi::serve::{Served, Server};
+use offload_mpi::wire::{Reply, Request};
+use offload_mpi::{TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
 
 fn main() {
-    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
+    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Serialized) else {
         eprintln!("offload-mpi-proxy: MPI could not be initialised (start it under mpirun)");
         std::process::exit(2);
     };
     let world = universe.world();
     let me = world.rank();
-    // The runtime lives as long as the proxy serves its devices.
+    if let Err(e) = load_openmp_runtime() {
+        eprintln!("offload-mpi-proxy (rank {me}): {e}");
+    }
+    // The runtime lives as long as the proxy serves its devices. The proxy serves every
+    // device of its node but its own remote ones (the `mpi` plugin, if installed here too).
     let runtime = offload::Runtime::from_env();
-    let devices = match &runtime {
-        Ok(rt) => rt.devices(),
+    let served = match &runtime {
+        Ok(rt) => rt
+            .devices()
+            .into_iter()
+            .filter(|d| d.plugin_name() != "mpi")
+            .map(|d| {
+                let claims = rt
+                    .plugin(d.plugin_name())
+                    .ok()
+                    .and_then(|s| s.image_claims())
+                    .unwrap_or_default();
+                Served {
+                    plugin: d.plugin_name().to_string(),
+                    index: d.index(),
+                    claims,
+                    // SAFETY: the proxy keeps the raw module's promises on the program's
+                    // behalf: every address and handle it passes comes from the program,
+                    // which keeps them for its own device (offload_mpi::serve), and the
+                    // layer below checks each against what it handed out.
+                    device: unsafe { offload::raw::device(&d) }.clone(),
+                }
+            })
+            .collect(),
         Err(e) => {
             eprintln!("offload-mpi-proxy (rank {me}): no runtime: {e}");
             Vec::new()
         }
     };
-    let mut server = Server::new(devices);
+    let kill_at = kill_at(me);
+    let mut server = Server::new(served);
     let hello = server.hello().unwrap_or_else(|e| Reply::failed(&e));
+    let mut hello = hello.encode(0);
+    if let Some(v) = claimed_version() {
+        hello[4..6].copy_from_slice(&v.to_le_bytes());
+    }
     let client = world.process_at_rank(0);
-    client.send_with_tag(&hello.encode(0)[..], TAG_HELLO);
+    client.send_with_tag(&hello[..], TAG_HELLO);
     loop {
-        let (bytes, _) = client
-            .matched_probe_with_tag(TAG_REQUEST)
-            .matched_receive_vec::<u8>();
-        let answer = server.answer(&bytes);
-        client.send_with_tag(&answer.reply[..], TAG_REPLY);
-        if answer.shutdown {
-            break;
+        let probed = client.matched_probe();
+        let tag = probed.1.tag();
+        let (bytes, _) = probed.matched_receive_vec::<u8>();
+        match tag {
+            TAG_REQUEST => {}
+            TAG_SHUTDOWN => break,
+            // Nothing else is sent to a proxy: a stray message is dropped.
+            _ => continue,
         }
+        if let Some(what) = &kill_at
+            && Request::decode(&bytes).is_ok_and(|(_, r)| r.name() == what)
+        {
+            // SAFETY: raise has no precondition; SIGKILL ends this process here.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        for reply in server.answer(&bytes) {
+            client.send_with_tag(&reply[..], TAG_REPLY);
+        }
+    }
+}
+
+/// Debug builds (the test suite's) take `OFFLOAD_MPI_PROXY_KILL_AT=<rank>:<request>`: proxy
+/// `<rank>` kills itself with SIGKILL when that request arrives (`launch`, `copy to the
+/// device`: names as `Request::name` gives them), before serving it, so the fault tests kill
+/// a proxy in the middle of exactly that operation.
+fn kill_at(me: i32) -> Option<String> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let v = std::env::var("OFFLOAD_MPI_PROXY_KILL_AT").ok()?;
+    let (rank, what) = v.split_once(':')?;
+    (rank.trim().parse::<i32>().ok()? == me).then(|| what.trim().to_string())
+}
+
+/// Debug builds take `OFFLOAD_MPI_PROXY_VERSION=<n>`: the hello claims message version `n`, as
+/// a proxy of another build would (the test of the plugin's refusal at start).
+fn claimed_version() -> Option<u16> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    std::env::var("OFFLOAD_MPI_PROXY_VERSION")
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// The variable naming the OpenMP runtime the proxy loads (default: LLVM's `libomp.so.5`).
+const ENV_LIBOMP: &str = "OFFLOAD_MPI_PROXY_LIBOMP";
+
+/// Loads the OpenMP runtime into the proxy, its symbols global. An OpenMP program's host
+/// images call it (`__kmpc_fork_teams`, `omp_get_thread_num`): in the program's own process
+/// the program links it, and an image JIT-compiled here for the host resolves them from this
+/// process as it would there. Where no libomp is installed, nothing is loaded (OpenMP JIT
+/// images are then refused by the dynamic loader, naming the symbol).
+fn load_openmp_runtime() -> Result<(), String> {
+    let named = std::env::var(ENV_LIBOMP).ok().filter(|v| !v.is_empty());
+    let candidates: Vec<String> = match &named {
+        Some(p) => vec![p.clone()],
+        None => [
+            "libomp.so.5",
+            "/usr/lib/llvm-19/lib/libomp.so.5",
+            "libomp.so",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    for c in &candidates {
+        let Ok(name) = std::ffi::CString::new(c.as_str()) else {
+            return Err(format!("{ENV_LIBOMP}='{c}' holds a NUL byte"));
+        };
+        // SAFETY: `name` is a NUL-terminated path; libomp's initialisers only register its
+        // runtime (it starts no thread until a parallel region asks).
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if !handle.is_null() {
+            return Ok(());
+        }
+    }
+    match named {
+        Some(p) => Err(format!("{ENV_LIBOMP}='{p}' could not be loaded")),
+        None => Ok(()),
     }
 }
