@@ -359,3 +359,35 @@ fn without_recovery_mpirun_ends_the_whole_job_when_a_proxy_dies() {
         "{text}"
     );
 }
+
+#[test]
+fn remote_copies_of_1_byte_to_64_mib_queues_events_and_threads_are_byte_for_byte() {
+    let copies = bin("mpi-copies");
+    let (text, ok) = with_proxies(&[], &[copies.to_str().unwrap()], 2, &[]);
+    assert!(ok, "{text}");
+    assert!(text.contains("mpi-copies: ok, 2 devices"), "{text}");
+    for rank in [1, 2] {
+        let at = format!("mpi:{rank}/host:0");
+        for len in [
+            1,
+            7,
+            4096,
+            (256 << 10) - 1,
+            256 << 10,
+            (1 << 20) + 3,
+            (64 << 20) + 5,
+        ] {
+            let line = format!("mpi-copies: {at}: {len} bytes there, back and across: ok");
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        for what in [
+            "a queued read completed by an event: ok",
+            "four threads, each with its own queue: ok",
+        ] {
+            assert!(
+                text.contains(&format!("mpi-copies: {at}: {what}")),
+                "{what}\n{text}"
+            );
+        }
+    }
+}

@@ -9,7 +9,8 @@
 //! default `mpirun` ends the whole job when a rank dies.
 
 use crate::wire::{RemoteDevice, Reply, Request, VERSION};
-use crate::{TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
+use crate::{TAG_DATA, TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
+use mpi::datatype::Equivalence;
 use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::request::StaticScope;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -40,9 +41,14 @@ struct Link {
 // which `MPI_THREAD_SERIALIZED` (what `Client::connect` requires) allows from any thread.
 unsafe impl Send for Link {}
 
+/// Chunks of a write stream in flight at once.
+const IN_FLIGHT: usize = 4;
+
 /// The proxies of the job, seen from the program's rank.
 pub struct Client {
     link: Mutex<Link>,
+    /// One stream at a time per proxy (its chunks follow its request in order).
+    streams: Vec<(i32, Mutex<()>)>,
     proxies: Vec<Proxy>,
     timeout: Duration,
     next_id: AtomicU64,
@@ -104,6 +110,7 @@ impl Client {
                 world,
                 kept: HashMap::new(),
             }),
+            streams: proxies.iter().map(|p| (p.rank, Mutex::new(()))).collect(),
             proxies,
             timeout,
             next_id: AtomicU64::new(1),
@@ -146,6 +153,150 @@ impl Client {
             Some(e) => Err(e.context(format!("proxy rank {rank}, {what}"))),
             None => Ok(reply),
         }
+    }
+
+    /// A synchronous copy to proxy `rank` as a stream (`request` is its
+    /// [`Request::WriteStream`]): the request, then `data` in chunks, a few in flight at once
+    /// (each copied into a buffer of the stream's while MPI moves the ones before), then the
+    /// reply. A proxy that takes no chunk within the timeout fails the copy; the chunks it
+    /// never took stay with MPI (their buffers are never reused), not the caller's memory.
+    pub fn write_stream(&self, rank: i32, request: &Request, data: &[u8]) -> Result<Reply> {
+        let Request::WriteStream { len, chunk, .. } = *request else {
+            return Err(Error::InvalidArgument(format!(
+                "{} is no write stream",
+                request.name()
+            )));
+        };
+        if len != data.len() as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "a write stream of {len} bytes given {} bytes",
+                data.len()
+            )));
+        }
+        let _one = lock(self.stream_lock(rank)?);
+        let id = self.post(rank, request)?;
+        let what = request.name();
+        let mut ring = std::collections::VecDeque::new();
+        let mut spare: Vec<Box<[u8]>> = Vec::new();
+        let mut sent = || -> Result<()> {
+            for (at, n) in crate::wire::chunks(len, chunk) {
+                if ring.len() == IN_FLIGHT {
+                    let oldest = ring.pop_front().expect("in flight");
+                    spare.push(self.complete(rank, what, oldest)?);
+                }
+                let mut buf = match spare.pop() {
+                    Some(b) => b,
+                    None => vec![0u8; chunk as usize].into_boxed_slice(),
+                };
+                buf[..n].copy_from_slice(&data[at as usize..at as usize + n]);
+                let link = lock(&self.link);
+                ring.push_back(Sending::start(
+                    &link.world.process_at_rank(rank),
+                    buf,
+                    n,
+                    TAG_DATA,
+                ));
+            }
+            while let Some(oldest) = ring.pop_front() {
+                self.complete(rank, what, oldest)?;
+            }
+            Ok(())
+        };
+        if let Err(e) = sent() {
+            ring.into_iter().for_each(Sending::abandon);
+            return Err(e);
+        }
+        self.wait(rank, id, what)
+    }
+
+    /// Waits for a chunk's send, at most the timeout; its buffer, to reuse. A send the proxy
+    /// does not take in time is left to MPI (its buffer with it) and fails the copy.
+    fn complete(&self, rank: i32, what: &str, mut pending: Sending) -> Result<Box<[u8]>> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let tested = {
+                let _link = lock(&self.link);
+                pending.test()
+            };
+            match tested {
+                Ok(buf) => return Ok(buf),
+                Err(again) => pending = again,
+            }
+            if Instant::now() > deadline {
+                pending.abandon();
+                return Err(Error::DeviceFailure(format!(
+                    "proxy rank {rank} did not answer {what} in {:?} (OFFLOAD_MPI_TIMEOUT): it \
+                     took no more of the copy's bytes",
+                    self.timeout
+                )));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// A synchronous copy from proxy `rank` as a stream (`request` is its
+    /// [`Request::ReadStream`]): the chunks are received straight into `dst`, then the reply.
+    /// Fewer bytes than asked (the proxy's copy failed) come with the reply's error.
+    pub fn read_stream(&self, rank: i32, request: &Request, dst: &mut [u8]) -> Result<Reply> {
+        let _one = lock(self.stream_lock(rank)?);
+        let id = self.post(rank, request)?;
+        let what = request.name();
+        let mut got = 0usize;
+        let mut overflow = false;
+        let mut deadline = Instant::now() + self.timeout;
+        loop {
+            let link = lock(&self.link);
+            let probed = link
+                .world
+                .process_at_rank(rank)
+                .immediate_matched_probe_with_tag(TAG_DATA);
+            if let Some(probed) = probed {
+                let n = probed.1.count(u8::equivalent_datatype()) as usize;
+                if n == 0 {
+                    // The end of the stream.
+                    drop(probed.matched_receive_vec::<u8>());
+                    break;
+                }
+                if n > dst.len() - got {
+                    overflow = true;
+                    drop(probed.matched_receive_vec::<u8>());
+                } else {
+                    probed.0.matched_receive_into(&mut dst[got..got + n]);
+                    got += n;
+                }
+                deadline = Instant::now() + self.timeout;
+                continue;
+            }
+            drop(link);
+            if Instant::now() > deadline {
+                return Err(Error::DeviceFailure(format!(
+                    "proxy rank {rank} did not answer {what} in {:?} (OFFLOAD_MPI_TIMEOUT)",
+                    self.timeout
+                )));
+            }
+            std::thread::yield_now();
+        }
+        let reply = self.wait(rank, id, what)?;
+        if overflow || got != dst.len() {
+            return Err(Error::DeviceFailure(format!(
+                "proxy rank {rank} sent {} bytes for a {what} of {}",
+                if overflow {
+                    "more".to_string()
+                } else {
+                    got.to_string()
+                },
+                dst.len()
+            )));
+        }
+        Ok(reply)
+    }
+
+    fn stream_lock(&self, rank: i32) -> Result<&Mutex<()>> {
+        self.streams
+            .iter()
+            .find(|(r, _)| *r == rank)
+            .map(|(_, m)| m)
+            .ok_or_else(|| Error::InvalidArgument(format!("rank {rank} is no proxy of this job")))
     }
 
     /// Sends bytes to `rank` as a request as they are (the mutation tests send broken ones),
@@ -296,5 +447,57 @@ pub fn shutdown(world: &SimpleCommunicator, ranks: &[i32]) {
             }
             std::thread::yield_now();
         }
+    }
+}
+
+/// A message being sent from a buffer of its own: the box is given to MPI until the send
+/// completes, then taken back (to reuse) once; a send abandoned keeps its box for good.
+pub struct Sending {
+    raw: *mut [u8],
+    request: mpi::request::Request<'static, [u8], StaticScope>,
+}
+
+impl std::fmt::Debug for Sending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sending({} bytes)", self.raw.len())
+    }
+}
+
+impl Sending {
+    /// Sends the first `n` bytes of `buf` to `to` with `tag`.
+    pub fn start(
+        to: &mpi::topology::Process<'_>,
+        buf: Box<[u8]>,
+        n: usize,
+        tag: mpi::Tag,
+    ) -> Sending {
+        let raw = Box::into_raw(buf);
+        // SAFETY: `raw` is a live box, taken back only when the send has completed (`test`,
+        // `wait`) or never (`abandon`).
+        let bytes: &'static [u8] = unsafe { &(&*raw)[..n] };
+        let request = to.immediate_send_with_tag(StaticScope, bytes, tag);
+        Sending { raw, request }
+    }
+
+    /// The buffer, if the send has completed.
+    pub fn test(self) -> std::result::Result<Box<[u8]>, Sending> {
+        let raw = self.raw;
+        match self.request.test() {
+            // SAFETY: the send completed, so MPI reads the box no more; taken back once.
+            Ok(_) => Ok(unsafe { Box::from_raw(raw) }),
+            Err(request) => Err(Sending { raw, request }),
+        }
+    }
+
+    /// Waits for the send; the buffer.
+    pub fn wait(self) -> Box<[u8]> {
+        self.request.wait();
+        // SAFETY: as in `test`.
+        unsafe { Box::from_raw(self.raw) }
+    }
+
+    /// Leaves the send to MPI, and its buffer with it, for good.
+    pub fn abandon(self) {
+        std::mem::forget(self.request);
     }
 }

@@ -19,6 +19,8 @@ pub const TAG_REPLY: i32 = 0x0ff3;
 /// The MPI tag that ends a proxy: an empty message from rank 0, understood by a proxy of any
 /// message version (so one the program refused at start ends too).
 pub const TAG_SHUTDOWN: i32 = 0x0ff4;
+/// The MPI tag of a stream's chunks (either way), which follow their request in order.
+pub const TAG_DATA: i32 = 0x0ff5;
 
 /// The variable bounding every wait for a proxy, in seconds.
 pub const ENV_TIMEOUT: &str = "OFFLOAD_MPI_TIMEOUT";

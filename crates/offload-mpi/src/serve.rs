@@ -49,9 +49,26 @@ struct Pending {
     error: Option<Error>,
 }
 
+/// How a stream's chunks travel (MPI in the proxy; a test's own in tests).
+pub trait Data {
+    /// The next chunk of the write stream being served, into `buf` (the chunk's length): an
+    /// error if none comes within the proxy's timeout, or one of another length.
+    fn receive(&mut self, buf: &mut [u8]) -> Result<()>;
+    /// Sends the chunks of a read stream, of lengths `lens` in order, each filled by `fill`
+    /// (its offset in the stream, its bytes) just before it goes, while earlier ones are still
+    /// on their way; stops after a chunk `fill` fails, and always ends with an empty chunk.
+    fn send(
+        &mut self,
+        lens: &mut dyn Iterator<Item = (u64, usize)>,
+        fill: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    );
+}
+
 /// What a proxy serves: its node's devices and what their queues have pending.
 #[derive(Debug)]
 pub struct Server {
+    /// Buffers of write streams, reused.
+    pool: Vec<Vec<u8>>,
     devices: Vec<Served>,
     queues: HashMap<(u32, u64), Pending>,
     /// For each recorded event: its queue and the reads queued before its record.
@@ -62,6 +79,7 @@ impl Server {
     /// Serves `devices` (in this order: their indices in the hello).
     pub fn new(devices: Vec<Served>) -> Server {
         Server {
+            pool: Vec::new(),
             devices,
             queues: HashMap::new(),
             events: HashMap::new(),
@@ -90,7 +108,7 @@ impl Server {
 
     /// Answers one message: the replies' bytes, in order (none for work on a queue). A message
     /// that does not decode is answered with the error (id 0: its own id cannot be trusted).
-    pub fn answer(&mut self, message: &[u8]) -> Vec<Vec<u8>> {
+    pub fn answer(&mut self, message: &[u8], data: &mut dyn Data) -> Vec<Vec<u8>> {
         let (id, request) = match Request::decode(message) {
             Ok(r) => r,
             Err(e) => return vec![Reply::failed(&e).encode(0)],
@@ -98,7 +116,7 @@ impl Server {
         let mut replies = Vec::new();
         let answered = request.answered();
         let queue = queue_of(&request);
-        match self.serve(id, request, &mut replies) {
+        match self.serve(id, request, &mut replies, data) {
             Ok(reply) if answered => replies.push(reply.encode(id)),
             Ok(_) => {}
             Err(e) if answered => replies.push(Reply::failed(&e).encode(id)),
@@ -167,7 +185,13 @@ impl Server {
         }
     }
 
-    fn serve(&mut self, id: u64, request: Request, replies: &mut Vec<Vec<u8>>) -> Result<Reply> {
+    fn serve(
+        &mut self,
+        id: u64,
+        request: Request,
+        replies: &mut Vec<Vec<u8>>,
+        data: &mut dyn Data,
+    ) -> Result<Reply> {
         let done = |r: Result<()>| r.map(|()| Reply::Done);
         match request {
             Request::Hello => self.hello(),
@@ -385,6 +409,34 @@ impl Server {
                 self.events.remove(&(device, event));
                 done(self.device(device)?.event_destroy(EventHandle(event)))
             }
+            Request::WriteStream {
+                device,
+                dst,
+                len,
+                chunk,
+            } => self.write_stream(device, dst, len, chunk, data),
+            Request::ReadStream {
+                device,
+                src,
+                len,
+                chunk,
+            } => {
+                let d = self.device(device).cloned();
+                let mut first = None;
+                data.send(&mut crate::wire::chunks(len, chunk), &mut |at, buf| {
+                    let outcome = d.as_ref().map_err(Clone::clone).and_then(|d| {
+                        let from = DevicePtr(src).offset(at)?;
+                        // SAFETY: `buf` is writable for its length and the copy is synchronous;
+                        // the layer checks the source range.
+                        unsafe { d.copy_from_device(buf.as_mut_ptr(), from, buf.len(), None) }
+                    });
+                    if let Err(e) = &outcome {
+                        first = Some(e.clone());
+                    }
+                    outcome
+                });
+                first.map_or(Ok(Reply::Done), Err)
+            }
             Request::EventElapsed { device, start, end } => {
                 let t = self
                     .device(device)?
@@ -394,6 +446,81 @@ impl Server {
                 })
             }
         }
+    }
+
+    /// A write stream: each chunk is copied to the device by a second thread while the next
+    /// one arrives. Every chunk is received whatever happens (the stream stays in step with
+    /// the program); after the first error the rest are dropped, and the error is the reply.
+    fn write_stream(
+        &mut self,
+        device: u32,
+        dst: u64,
+        len: u64,
+        chunk: u64,
+        data: &mut dyn Data,
+    ) -> Result<Reply> {
+        let (d, refused) = match self.device(device) {
+            Ok(d) => (Some(d.clone()), None),
+            Err(e) => (None, Some(e)),
+        };
+        let mut pool = std::mem::take(&mut self.pool);
+        pool.resize_with(3, Vec::new);
+        let (to_copy, copying) = std::sync::mpsc::channel::<(u64, Vec<u8>, usize)>();
+        let (to_reuse, reusable) = std::sync::mpsc::channel::<Vec<u8>>();
+        let outcome = std::thread::scope(|s| {
+            let copier = s.spawn(move || {
+                let mut first: Option<Error> = refused;
+                for (at, buf, n) in copying {
+                    if first.is_none()
+                        && let Some(d) = &d
+                    {
+                        let copied = DevicePtr(dst).offset(at).and_then(|to| {
+                            // SAFETY: `buf` holds `n` received bytes and the copy is synchronous;
+                            // the layer checks the destination range.
+                            unsafe { d.copy_to_device(to, buf.as_ptr(), n, None) }
+                        });
+                        if let Err(e) = copied {
+                            first = Some(e);
+                        }
+                    }
+                    if to_reuse.send(buf).is_err() {
+                        break;
+                    }
+                }
+                first
+            });
+            let mut received = Ok(());
+            for (at, n) in crate::wire::chunks(len, chunk) {
+                let mut buf = match pool.pop() {
+                    Some(b) => b,
+                    None => match reusable.recv() {
+                        Ok(b) => b,
+                        Err(_) => break,
+                    },
+                };
+                buf.resize(n.max(buf.len()), 0);
+                if let Err(e) = data.receive(&mut buf[..n]) {
+                    // The program stopped sending: the stream ends here.
+                    received = Err(e);
+                    pool.push(buf);
+                    break;
+                }
+                if to_copy.send((at, buf, n)).is_err() {
+                    break;
+                }
+            }
+            drop(to_copy);
+            let copied = copier.join().unwrap_or_else(|_| {
+                Some(Error::DeviceFailure(
+                    "the stream's copy thread panicked".into(),
+                ))
+            });
+            received.and(copied.map_or(Ok(()), Err))
+        });
+        pool.extend(reusable.try_iter());
+        pool.truncate(3);
+        self.pool = pool;
+        outcome.map(|()| Reply::Done)
     }
 
     /// After an event completed: the bytes of the reads queued before its record.

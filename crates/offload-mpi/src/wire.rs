@@ -36,6 +36,25 @@ const MAX_TEXT: u64 = 1 << 16;
 const MAX_DEVICES: u64 = 1 << 10;
 const MAX_CLAIMS: u64 = 64;
 const MAX_ARGS: u64 = 1 << 16;
+/// The sizes a stream's chunks may have.
+pub const MIN_CHUNK: u64 = 4 << 10;
+/// See [`MIN_CHUNK`].
+pub const MAX_CHUNK: u64 = 64 << 20;
+/// Synchronous copies from this size on are streams ([`Request::WriteStream`],
+/// [`Request::ReadStream`]).
+pub const STREAM_FROM: usize = 256 << 10;
+
+/// The chunk a stream of `len` bytes is cut into: an eighth of it, as a power of two, from
+/// 64 KiB to 4 MiB (enough chunks in flight to overlap the two sides' copies, few enough that
+/// each message costs little).
+pub fn chunk_for(len: usize) -> usize {
+    (len / 8).next_power_of_two().clamp(64 << 10, 4 << 20)
+}
+
+/// The chunks of a stream of `len` bytes cut at `chunk`: (offset, length) each.
+pub fn chunks(len: u64, chunk: u64) -> impl Iterator<Item = (u64, usize)> {
+    (0..len.div_ceil(chunk)).map(move |k| (k * chunk, (len - k * chunk).min(chunk) as usize))
+}
 
 /// A device of a proxy's node, as the proxy reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +156,24 @@ pub enum Request {
     EventDestroy { device: u32, event: u64 },
     /// The time between two completed events → [`Reply::Value`]: nanoseconds.
     EventElapsed { device: u32, start: u64, end: u64 },
+    /// A synchronous copy of `len` bytes to device memory at `dst`, whose bytes follow as
+    /// [`crate::TAG_DATA`] messages of `chunk` bytes each (the last one the rest): the proxy
+    /// copies one chunk to the device while the next one arrives.
+    WriteStream {
+        device: u32,
+        dst: u64,
+        len: u64,
+        chunk: u64,
+    },
+    /// A synchronous copy of `len` bytes at `src` back, sent as [`crate::TAG_DATA`] messages of
+    /// `chunk` bytes each before the reply (all of them, also after a failure: the reply says
+    /// whether they hold the bytes).
+    ReadStream {
+        device: u32,
+        src: u64,
+        len: u64,
+        chunk: u64,
+    },
 }
 
 /// What a proxy answers.
@@ -184,6 +221,8 @@ impl Request {
             Request::EventQuery { .. } => 20,
             Request::EventDestroy { .. } => 21,
             Request::EventElapsed { .. } => 22,
+            Request::WriteStream { .. } => 23,
+            Request::ReadStream { .. } => 24,
         }
     }
 
@@ -212,6 +251,8 @@ impl Request {
             Request::EventQuery { .. } => "event query",
             Request::EventDestroy { .. } => "event destroy",
             Request::EventElapsed { .. } => "event elapsed time",
+            Request::WriteStream { .. } => "copy to the device",
+            Request::ReadStream { .. } => "copy from the device",
         }
     }
 
@@ -356,6 +397,23 @@ impl Request {
                 w.u64(*start);
                 w.u64(*end);
             }
+            Request::WriteStream {
+                device,
+                dst: at,
+                len,
+                chunk,
+            }
+            | Request::ReadStream {
+                device,
+                src: at,
+                len,
+                chunk,
+            } => {
+                w.u32(*device);
+                w.u64(*at);
+                w.u64(*len);
+                w.u64(*chunk);
+            }
         }
         w.finish()
     }
@@ -495,6 +553,35 @@ impl Request {
                 start: r.u64("start event")?,
                 end: r.u64("end event")?,
             },
+            23 | 24 => {
+                let device = r.u32("device")?;
+                let at = r.u64(if kind == 23 { "dst" } else { "src" })?;
+                let len = r.u64("len")?;
+                let at_chunk = r.at;
+                let chunk = r.u64("chunk")?;
+                if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
+                    r.at = at_chunk;
+                    return Err(r.error(
+                        "chunk",
+                        &format!("{chunk} bytes (a chunk is {MIN_CHUNK} to {MAX_CHUNK} bytes)"),
+                    ));
+                }
+                if kind == 23 {
+                    Request::WriteStream {
+                        device,
+                        dst: at,
+                        len,
+                        chunk,
+                    }
+                } else {
+                    Request::ReadStream {
+                        device,
+                        src: at,
+                        len,
+                        chunk,
+                    }
+                }
+            }
             k => return Err(r.error("kind", &format!("no request has kind {k}"))),
         };
         r.end()?;
@@ -949,6 +1036,18 @@ mod tests {
                 start: 1,
                 end: 2,
             },
+            Request::WriteStream {
+                device: 0,
+                dst: 0x1000,
+                len: (1 << 20) + 5,
+                chunk: 1 << 17,
+            },
+            Request::ReadStream {
+                device: 1,
+                src: 0x2000,
+                len: 0,
+                chunk: 64 << 10,
+            },
         ]
     }
 
@@ -994,16 +1093,55 @@ mod tests {
     #[test]
     fn every_message_comes_back_as_it_went() {
         let requests = requests();
-        // Every kind of request is in the list (the kinds are 1..=22, none left out).
+        // Every kind of request is in the list (the kinds are 1..=24, none left out).
         let mut kinds: Vec<u16> = requests.iter().map(Request::kind).collect();
         kinds.dedup();
-        assert_eq!(kinds, (1..=22).collect::<Vec<_>>());
+        assert_eq!(kinds, (1..=24).collect::<Vec<_>>());
         for (i, r) in requests.into_iter().enumerate() {
             assert_eq!(Request::decode(&r.encode(i as u64)).unwrap(), (i as u64, r));
         }
         for (i, r) in replies().into_iter().enumerate() {
             assert_eq!(Reply::decode(&r.encode(i as u64)).unwrap(), (i as u64, r));
         }
+    }
+
+    #[test]
+    fn streams_cut_every_length_into_chunks_that_cover_it_once() {
+        for len in [
+            0usize,
+            1,
+            4095,
+            256 << 10,
+            (1 << 20) + 3,
+            64 << 20,
+            (256 << 20) + 1,
+        ] {
+            let chunk = chunk_for(len);
+            assert!(chunk.is_power_of_two() && (64 << 10..=4 << 20).contains(&chunk));
+            let mut next = 0u64;
+            for (at, n) in chunks(len as u64, chunk as u64) {
+                assert_eq!(at, next, "{len}");
+                assert!(n > 0 && n <= chunk, "{len}");
+                next += n as u64;
+            }
+            assert_eq!(next, len as u64);
+        }
+        let mut m = Request::WriteStream {
+            device: 0,
+            dst: 0,
+            len: 8,
+            chunk: 1 << 20,
+        }
+        .encode(1);
+        let at = m.len() - 8;
+        m[at..].copy_from_slice(&3u64.to_le_bytes());
+        let e = Request::decode(&m).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "byte {at}: field 'chunk': 3 bytes (a chunk is 4096 to"
+            )),
+            "{e}"
+        );
     }
 
     #[test]

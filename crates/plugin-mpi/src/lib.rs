@@ -552,6 +552,22 @@ impl GenericDevice for MpiDevice {
                 "copy to device from a null host pointer".into(),
             ));
         }
+        if queue.is_none() && len >= offload_mpi::wire::STREAM_FROM {
+            // SAFETY: the caller's contract: `src` is valid for `len` reads until this
+            // synchronous copy returns.
+            let data = unsafe { std::slice::from_raw_parts(src, len) };
+            let request = Request::WriteStream {
+                device: self.remote,
+                dst: dst.0,
+                len: len as u64,
+                chunk: offload_mpi::wire::chunk_for(len) as u64,
+            };
+            self.check_alive()?;
+            return match self.note(self.client.write_stream(self.rank, &request, data))? {
+                Reply::Done => Ok(()),
+                other => Err(self.unexpected("copy to the device", &other)),
+            };
+        }
         let bytes = if len == 0 {
             Vec::new()
         } else {
@@ -582,6 +598,22 @@ impl GenericDevice for MpiDevice {
             return Err(Error::InvalidArgument(
                 "copy from device to a null host pointer".into(),
             ));
+        }
+        if queue.is_none() && len >= offload_mpi::wire::STREAM_FROM {
+            // SAFETY: the caller's contract: `dst` is valid for `len` writes, and nobody
+            // else's, until this synchronous copy returns.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+            let request = Request::ReadStream {
+                device: self.remote,
+                src: src.0,
+                len: len as u64,
+                chunk: offload_mpi::wire::chunk_for(len) as u64,
+            };
+            self.check_alive()?;
+            return match self.note(self.client.read_stream(self.rank, &request, out))? {
+                Reply::Done => Ok(()),
+                other => Err(self.unexpected("copy from the device", &other)),
+            };
         }
         let request = Request::Read {
             device: self.remote,

@@ -2,11 +2,15 @@
 //! (`mpirun -n 1 ./app : -n N offload-mpi-proxy`). It says hello (its version and devices) to
 //! rank 0, then serves each request until rank 0 sends the shutdown tag (at its exit).
 
+use mpi::datatype::Equivalence;
 use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::Communicator;
-use offload_mpi::serve::{Served, Server};
+use mpi::topology::Process;
+use offload_mpi::client::Sending;
+use offload_mpi::serve::{Data, Served, Server};
 use offload_mpi::wire::{Reply, Request};
-use offload_mpi::{TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
+use offload_mpi::{TAG_DATA, TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
+use std::time::{Duration, Instant};
 
 fn main() {
     let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Serialized) else {
@@ -50,6 +54,13 @@ fn main() {
         }
     };
     let kill_at = kill_at(me);
+    let timeout = match offload_mpi::timeout_secs() {
+        Ok(s) => Duration::from_secs(u64::from(s)),
+        Err(e) => {
+            eprintln!("offload-mpi-proxy (rank {me}): {e}");
+            std::process::exit(2);
+        }
+    };
     let mut server = Server::new(served);
     let hello = server.hello().unwrap_or_else(|e| Reply::failed(&e));
     let mut hello = hello.encode(0);
@@ -74,7 +85,11 @@ fn main() {
             // SAFETY: raise has no precondition; SIGKILL ends this process here.
             unsafe { libc::raise(libc::SIGKILL) };
         }
-        for reply in server.answer(&bytes) {
+        let mut data = MpiData {
+            client: &client,
+            timeout,
+        };
+        for reply in server.answer(&bytes, &mut data) {
             client.send_with_tag(&reply[..], TAG_REPLY);
         }
     }
@@ -139,5 +154,70 @@ fn load_openmp_runtime() -> Result<(), String> {
     match named {
         Some(p) => Err(format!("{ENV_LIBOMP}='{p}' could not be loaded")),
         None => Ok(()),
+    }
+}
+
+/// Streams' chunks over MPI, to and from rank 0.
+struct MpiData<'a> {
+    client: &'a Process<'a>,
+    timeout: Duration,
+}
+
+/// Chunks of a read stream in flight at once.
+const IN_FLIGHT: usize = 3;
+
+impl Data for MpiData<'_> {
+    fn receive(&mut self, buf: &mut [u8]) -> offload_core::Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(probed) = self.client.immediate_matched_probe_with_tag(TAG_DATA) {
+                let n = probed.1.count(u8::equivalent_datatype()) as usize;
+                if n != buf.len() {
+                    let _ = probed.matched_receive_vec::<u8>();
+                    return Err(offload_core::Error::InvalidArgument(format!(
+                        "a stream's chunk of {n} bytes where {} were due",
+                        buf.len()
+                    )));
+                }
+                probed.0.matched_receive_into(buf);
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(offload_core::Error::DeviceFailure(format!(
+                    "the program sent no chunk of its stream in {:?} (OFFLOAD_MPI_TIMEOUT)",
+                    self.timeout
+                )));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn send(
+        &mut self,
+        lens: &mut dyn Iterator<Item = (u64, usize)>,
+        fill: &mut dyn FnMut(u64, &mut [u8]) -> offload_core::Result<()>,
+    ) {
+        // Each chunk goes from a buffer of its own, given to MPI until its send completes, then
+        // refilled (`Sending`).
+        let mut ring: Vec<Sending> = Vec::new();
+        let mut spare: Vec<Box<[u8]>> = Vec::new();
+        for (at, n) in lens {
+            if ring.len() == IN_FLIGHT {
+                spare.push(ring.remove(0).wait());
+            }
+            let mut buf = match spare.pop() {
+                Some(b) if b.len() >= n => b,
+                _ => vec![0u8; n].into_boxed_slice(),
+            };
+            let failed = fill(at, &mut buf[..n]).is_err();
+            ring.push(Sending::start(self.client, buf, n, TAG_DATA));
+            if failed {
+                break;
+            }
+        }
+        ring.push(Sending::start(self.client, Box::new([]), 0, TAG_DATA));
+        for s in ring {
+            s.wait();
+        }
     }
 }
