@@ -82,7 +82,7 @@ fn with_proxies(
 ) -> (String, bool) {
     let proxy = bin("offload-mpi-proxy");
     let n = proxies.to_string();
-    let mut command = vec![mpirun_bin(), "--oversubscribe"];
+    let mut command = vec![mpirun_bin(), "--oversubscribe", "--bind-to", "none"];
     command.extend(flags);
     command.extend(["-n", "1"]);
     command.extend(program);

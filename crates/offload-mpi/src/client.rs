@@ -41,6 +41,23 @@ struct Link {
 // which `MPI_THREAD_SERIALIZED` (what `Client::connect` requires) allows from any thread.
 unsafe impl Send for Link {}
 
+/// How a wait polls: a tight spin first (an answer usually comes within microseconds, and a
+/// yield is a system call), then yielding the core to others.
+#[derive(Debug, Default)]
+pub struct Backoff(u32);
+
+impl Backoff {
+    /// One pause between two polls.
+    pub fn pause(&mut self) {
+        if self.0 < 2_000 {
+            self.0 += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// Chunks of a write stream in flight at once.
 const IN_FLIGHT: usize = 4;
 
@@ -209,10 +226,11 @@ impl Client {
         self.wait(rank, id, what)
     }
 
-    /// Waits for a chunk's send, at most the timeout; its buffer, to reuse. A send the proxy
-    /// does not take in time is left to MPI (its buffer with it) and fails the copy.
+    /// Waits for a send, at most the timeout; its buffer, to reuse. A send the proxy does not
+    /// take in time is left to MPI (its buffer with it) and fails the operation.
     fn complete(&self, rank: i32, what: &str, mut pending: Sending) -> Result<Box<[u8]>> {
         let deadline = Instant::now() + self.timeout;
+        let mut backoff = Backoff::default();
         loop {
             let tested = {
                 let _link = lock(&self.link);
@@ -226,11 +244,11 @@ impl Client {
                 pending.abandon();
                 return Err(Error::DeviceFailure(format!(
                     "proxy rank {rank} did not answer {what} in {:?} (OFFLOAD_MPI_TIMEOUT): it \
-                     took no more of the copy's bytes",
+                     takes no message",
                     self.timeout
                 )));
             }
-            std::thread::yield_now();
+            backoff.pause();
         }
     }
 
@@ -244,6 +262,7 @@ impl Client {
         let mut got = 0usize;
         let mut overflow = false;
         let mut deadline = Instant::now() + self.timeout;
+        let mut backoff = Backoff::default();
         loop {
             let link = lock(&self.link);
             let probed = link
@@ -274,7 +293,7 @@ impl Client {
                     self.timeout
                 )));
             }
-            std::thread::yield_now();
+            backoff.pause();
         }
         let reply = self.wait(rank, id, what)?;
         if overflow || got != dst.len() {
@@ -302,42 +321,21 @@ impl Client {
     /// Sends bytes to `rank` as a request as they are (the mutation tests send broken ones),
     /// waiting at most the timeout for the send to complete.
     pub fn send_raw(&self, rank: i32, message: Vec<u8>, what: &str) -> Result<()> {
-        let raw: *mut [u8] = Box::into_raw(message.into_boxed_slice());
-        // SAFETY: `raw` is a live box, freed only below, once the send no longer reads it.
-        let message: &'static [u8] = unsafe { &*raw };
-        let deadline = Instant::now() + self.timeout;
-        let mut pending = {
+        let n = message.len();
+        // A small message completes at once (MPI copies it out): tested under the same lock.
+        let sent = {
             let link = lock(&self.link);
-            link.world.process_at_rank(rank).immediate_send_with_tag(
-                StaticScope,
-                message,
+            Sending::start(
+                &link.world.process_at_rank(rank),
+                message.into_boxed_slice(),
+                n,
                 TAG_REQUEST,
             )
+            .test()
         };
-        loop {
-            let tested = {
-                let _link = lock(&self.link);
-                pending.test()
-            };
-            match tested {
-                Ok(_) => {
-                    // SAFETY: the send has completed, so MPI no longer reads the block, and
-                    // it is the box made above, freed once; `message` is not used again.
-                    drop(unsafe { Box::from_raw(raw) });
-                    return Ok(());
-                }
-                Err(again) => pending = again,
-            }
-            if Instant::now() > deadline {
-                // The send may still read the block: both stay leaked.
-                std::mem::forget(pending);
-                return Err(Error::DeviceFailure(format!(
-                    "proxy rank {rank} took no {what} in {:?} (OFFLOAD_MPI_TIMEOUT): it \
-                     stopped receiving (dead or stuck)",
-                    self.timeout
-                )));
-            }
-            std::thread::yield_now();
+        match sent {
+            Ok(_) => Ok(()),
+            Err(pending) => self.complete(rank, what, pending).map(drop),
         }
     }
 
@@ -362,6 +360,7 @@ impl Client {
         timeout: Duration,
     ) -> Result<Reply> {
         let deadline = Instant::now() + timeout;
+        let mut backoff = Backoff::default();
         loop {
             {
                 let mut link = lock(&self.link);
@@ -391,7 +390,7 @@ impl Client {
                     "proxy rank {rank} did not answer {what} in {timeout:?} (OFFLOAD_MPI_TIMEOUT)"
                 )));
             }
-            std::thread::yield_now();
+            backoff.pause();
         }
     }
 }
@@ -436,6 +435,7 @@ pub fn shutdown(world: &SimpleCommunicator, ranks: &[i32]) {
             TAG_SHUTDOWN,
         );
         let deadline = Instant::now() + Duration::from_secs(1);
+        let mut backoff = Backoff::default();
         loop {
             match pending.test() {
                 Ok(_) => break,
@@ -445,7 +445,7 @@ pub fn shutdown(world: &SimpleCommunicator, ranks: &[i32]) {
                 std::mem::forget(pending);
                 break;
             }
-            std::thread::yield_now();
+            backoff.pause();
         }
     }
 }

@@ -21,6 +21,11 @@ pub const TAG_REPLY: i32 = 0x0ff3;
 pub const TAG_SHUTDOWN: i32 = 0x0ff4;
 /// The MPI tag of a stream's chunks (either way), which follow their request in order.
 pub const TAG_DATA: i32 = 0x0ff5;
+/// Plain MPI between rank 0 and a proxy, for the benchmark's reference (benches/mpi_remote.rs):
+/// bytes a proxy answers with an empty message...
+pub const TAG_ECHO_PUT: i32 = 0x0ff8;
+/// ...and a count (one u64) a proxy answers with that many bytes (of its scratch buffer).
+pub const TAG_ECHO_GET: i32 = 0x0ff9;
 
 /// The variable bounding every wait for a proxy, in seconds.
 pub const ENV_TIMEOUT: &str = "OFFLOAD_MPI_TIMEOUT";

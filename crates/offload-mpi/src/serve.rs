@@ -38,6 +38,10 @@ impl std::fmt::Debug for Served {
     }
 }
 
+/// Write streams from this size on copy to the device on a second thread (see
+/// [`Server::write_stream`]).
+const THREADED_FROM: u64 = 16 << 20;
+
 /// What a queue of a device has pending on the proxy.
 #[derive(Debug, Default)]
 struct Pending {
@@ -463,6 +467,10 @@ impl Server {
             Ok(d) => (Some(d.clone()), None),
             Err(e) => (None, Some(e)),
         };
+        if len < THREADED_FROM {
+            // Below this size handing chunks to a thread costs more than it overlaps.
+            return self.write_stream_inline(d, refused, dst, len, chunk, data);
+        }
         let mut pool = std::mem::take(&mut self.pool);
         pool.resize_with(3, Vec::new);
         let (to_copy, copying) = std::sync::mpsc::channel::<(u64, Vec<u8>, usize)>();
@@ -521,6 +529,41 @@ impl Server {
         pool.truncate(3);
         self.pool = pool;
         outcome.map(|()| Reply::Done)
+    }
+
+    /// [`Server::write_stream`] on this thread: each chunk copied to the device as it arrives.
+    fn write_stream_inline(
+        &mut self,
+        d: Option<Arc<dyn GenericDevice>>,
+        refused: Option<Error>,
+        dst: u64,
+        len: u64,
+        chunk: u64,
+        data: &mut dyn Data,
+    ) -> Result<Reply> {
+        let mut first = refused;
+        let mut buf = self.pool.pop().unwrap_or_default();
+        for (at, n) in crate::wire::chunks(len, chunk) {
+            buf.resize(n.max(buf.len()), 0);
+            if let Err(e) = data.receive(&mut buf[..n]) {
+                first.get_or_insert(e);
+                break;
+            }
+            if first.is_none()
+                && let Some(d) = &d
+            {
+                let copied = DevicePtr(dst).offset(at).and_then(|to| {
+                    // SAFETY: `buf` holds `n` received bytes and the copy is synchronous; the
+                    // layer checks the destination range.
+                    unsafe { d.copy_to_device(to, buf.as_ptr(), n, None) }
+                });
+                if let Err(e) = copied {
+                    first = Some(e);
+                }
+            }
+        }
+        self.pool.push(buf);
+        first.map_or(Ok(Reply::Done), Err)
     }
 
     /// After an event completed: the bytes of the reads queued before its record.

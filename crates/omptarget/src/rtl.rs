@@ -652,6 +652,15 @@ impl Rtl {
                         refused.push(format!("device {device}: {e}"));
                         continue;
                     }
+                    // A remote device (another process, another node) shares no memory with
+                    // the program: a program that requires unified shared memory cannot use it.
+                    if slot.name() == "mpi" && self.usm() {
+                        refused.push(format!(
+                            "device {device}: the program requires unified_shared_memory, and a \
+                             remote device shares no memory with it"
+                        ));
+                        continue;
+                    }
                     if !lock(&self.numbered).insert((slot.name().to_string(), i)) {
                         continue;
                     }

@@ -9,7 +9,9 @@ use mpi::topology::Process;
 use offload_mpi::client::Sending;
 use offload_mpi::serve::{Data, Served, Server};
 use offload_mpi::wire::{Reply, Request};
-use offload_mpi::{TAG_DATA, TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
+use offload_mpi::{
+    TAG_DATA, TAG_ECHO_GET, TAG_ECHO_PUT, TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN,
+};
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -69,13 +71,36 @@ fn main() {
     }
     let client = world.process_at_rank(0);
     client.send_with_tag(&hello[..], TAG_HELLO);
+    let mut echo: Vec<u8> = Vec::new();
     loop {
         let probed = client.matched_probe();
         let tag = probed.1.tag();
+        if tag == TAG_ECHO_PUT {
+            // Plain MPI, the benchmark's reference: the bytes into memory reused, an empty
+            // answer.
+            let n = probed.1.count(u8::equivalent_datatype()) as usize;
+            if echo.len() < n {
+                echo.resize(n, 0);
+            }
+            probed.0.matched_receive_into(&mut echo[..n]);
+            client.send_with_tag(&[0u8; 0][..], TAG_ECHO_PUT);
+            continue;
+        }
         let (bytes, _) = probed.matched_receive_vec::<u8>();
         match tag {
             TAG_REQUEST => {}
             TAG_SHUTDOWN => break,
+            TAG_ECHO_GET => {
+                let n = bytes
+                    .get(..8)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                    .min(1 << 30) as usize;
+                if echo.len() < n {
+                    echo.resize(n, 0);
+                }
+                client.send_with_tag(&echo[..n], TAG_ECHO_GET);
+                continue;
+            }
             // Nothing else is sent to a proxy: a stray message is dropped.
             _ => continue,
         }
@@ -169,6 +194,7 @@ const IN_FLIGHT: usize = 3;
 impl Data for MpiData<'_> {
     fn receive(&mut self, buf: &mut [u8]) -> offload_core::Result<()> {
         let deadline = Instant::now() + self.timeout;
+        let mut backoff = offload_mpi::client::Backoff::default();
         loop {
             if let Some(probed) = self.client.immediate_matched_probe_with_tag(TAG_DATA) {
                 let n = probed.1.count(u8::equivalent_datatype()) as usize;
@@ -188,7 +214,7 @@ impl Data for MpiData<'_> {
                     self.timeout
                 )));
             }
-            std::thread::yield_now();
+            backoff.pause();
         }
     }
 
