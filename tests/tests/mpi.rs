@@ -225,8 +225,9 @@ fn a_proxy_refuses_an_image_its_node_cannot_run_naming_why() {
         &[
             offload.to_str().unwrap(),
             "run",
+            // The remote device by its address (mpi:0 is the same device).
             "--device",
-            "mpi:0",
+            "mpi:1/host:0",
             "--kernel",
             "k",
             image.to_str().unwrap(),

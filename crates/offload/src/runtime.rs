@@ -344,13 +344,32 @@ impl Runtime {
             .collect()
     }
 
-    /// The device a spec names: `plugin:index` (`cuda:1`) or `plugin` (its device 0). The
-    /// error says what is wrong with the spec, or which plugins and devices there are.
+    /// The device a spec names: `plugin:index` (`cuda:1`), `plugin` (its device 0), or the
+    /// address a device's name starts with (a remote device's `mpi:1/host:0`). The error says
+    /// what is wrong with the spec, or which plugins and devices there are.
     pub fn device_by_spec(&self, spec: &str) -> Result<Device> {
         let (name, index) = match spec.split_once(':') {
             None => (spec, 0),
             Some((name, index)) => match index.parse::<usize>() {
                 Ok(i) => (name, i),
+                // A device that names itself by an address of its plugin's: a remote device
+                // `mpi:<rank>/<plugin>:<n>`, whose name starts with it.
+                Err(_) if self.plugin(name).is_ok_and(|s| s.device_count().is_ok()) => {
+                    let slot = self.plugin(name)?;
+                    let count = slot.device_count()?;
+                    let prefix = format!("{spec} ");
+                    for i in 0..count {
+                        let d = slot.device(i)?;
+                        if d.info().is_ok_and(|info| info.name.starts_with(&prefix)) {
+                            return Ok(d);
+                        }
+                    }
+                    return Err(Error::NotFound(format!(
+                        "device '{spec}': '{index}' is not a device index, and no device of \
+                         plugin '{name}' is at that address (expected plugin:index, e.g. cuda:1, \
+                         or a remote device's address, e.g. mpi:1/host:0)"
+                    )));
+                }
                 Err(_) => {
                     return Err(Error::InvalidArgument(format!(
                         "device '{spec}': '{index}' is not a device index (expected plugin or \

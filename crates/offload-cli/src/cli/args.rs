@@ -3,18 +3,29 @@
 use offload::{KernelArg, ScalarType};
 use std::path::PathBuf;
 
-/// `PLUGIN:INDEX`
-pub fn parse_device(s: &str) -> Result<(String, usize), String> {
-    let (name, index) = s
-        .rsplit_once(':')
+/// `PLUGIN:INDEX`, or a remote device's address `mpi:RANK/PLUGIN:INDEX`; the spec as it is,
+/// for `Runtime::device_by_spec`.
+pub fn parse_device(s: &str) -> Result<String, String> {
+    let (name, rest) = s
+        .split_once(':')
         .ok_or_else(|| format!("'{s}' is not PLUGIN:INDEX (e.g. host:0)"))?;
     if name.is_empty() {
         return Err(format!("'{s}' has an empty plugin name"));
     }
-    let index = index
-        .parse()
-        .map_err(|_| format!("'{s}': device index '{index}' is not a non-negative integer"))?;
-    Ok((name.to_string(), index))
+    let index = |i: &str| i.parse::<usize>().is_ok();
+    let address = rest.split_once('/').is_some_and(|(rank, device)| {
+        index(rank)
+            && device
+                .rsplit_once(':')
+                .is_some_and(|(plugin, i)| !plugin.is_empty() && index(i))
+    });
+    if !index(rest) && !address {
+        return Err(format!(
+            "'{s}': device index '{rest}' is not a non-negative integer (or a remote device's \
+             address, RANK/PLUGIN:INDEX as in mpi:1/host:0)"
+        ));
+    }
+    Ok(s.to_string())
 }
 
 /// `X[,Y[,Z]]`, each at least 1.
@@ -290,9 +301,11 @@ mod tests {
         assert_eq!(parse_dims("4,5,6").unwrap(), [4, 5, 6]);
         assert!(parse_dims("0").is_err());
         assert!(parse_dims("1,2,3,4").is_err());
-        assert_eq!(parse_device("host:2").unwrap(), ("host".to_string(), 2));
-        assert!(parse_device("host").is_err());
-        assert!(parse_device("host:-1").is_err());
+        assert_eq!(parse_device("host:2").unwrap(), "host:2");
+        assert_eq!(parse_device("mpi:1/host:0").unwrap(), "mpi:1/host:0");
+        for bad in ["host", "host:-1", ":1", "mpi:1/host", "mpi:x/host:0", "mpi:1/:0"] {
+            assert!(parse_device(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -19,9 +19,10 @@ pub struct RunArgs {
     /// Kernel to launch.
     #[arg(long)]
     kernel: String,
-    /// Device as PLUGIN:INDEX (default: picked by the image).
+    /// Device as PLUGIN:INDEX, or a remote device by its address (mpi:1/host:0); default:
+    /// picked by the image.
     #[arg(long, value_parser = args::parse_device)]
-    device: Option<(String, usize)>,
+    device: Option<String>,
     /// Blocks per grid: X[,Y[,Z]].
     #[arg(long, value_parser = args::parse_dims, default_value = "1")]
     grid: [u32; 3],
@@ -100,7 +101,7 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
     let rt = Runtime::from_env().map_err(Failure::input)?;
     let t = Instant::now();
     let device = match &a.device {
-        Some((name, index)) => rt.device(name, *index)?,
+        Some(spec) => rt.device_by_spec(spec)?,
         None => rt
             .route(&image)
             .map_err(|e| e.context(format!("image '{}'", a.image.display())))?,
