@@ -263,39 +263,50 @@ fn a_proxy_of_another_version_is_refused_at_start_with_both_versions() {
 
 #[test]
 fn openmp_target_regions_run_on_a_remote_host_device_aot_and_jit() {
+    // tests/omp/smoke.c: maps, data regions, enter/exit data, globals, pointer attachment,
+    // omp_target_alloc and memcpy; tests/omp/gpu_nowait.c: `nowait` regions and data
+    // constructs ordered by `depend` (it computes on a host device too).
     let lib = omptarget_dir();
-    let src = repo_root().join("tests/omp/smoke.c");
-    for (tag, extra) in [("aot", None), ("jit", Some("-fopenmp-target-jit"))] {
-        let program = scratch("mpi").join(format!("smoke-{tag}"));
-        let (l, rpath) = (
-            format!("-L{}", lib.display()),
-            format!("-Wl,-rpath,{}", lib.display()),
-        );
-        let mut args = vec![
-            "-fopenmp",
-            "-fopenmp-targets=x86_64-pc-linux-gnu",
-            "-O1",
-            src.to_str().unwrap(),
-            "-o",
-            program.to_str().unwrap(),
-            &l,
-            &rpath,
-        ];
-        args.extend(extra);
-        clang(&args);
-        // Only the remote device is visible to the program (OFFLOAD_PLUGINS=mpi for it).
-        let script = repo_root().join("scripts/mpi-remote");
-        let (text, ok) = job(
-            &[script.to_str().unwrap(), program.to_str().unwrap()],
-            &[("OMP_TARGET_OFFLOAD", "MANDATORY")],
-            Duration::from_secs(300),
-        );
-        assert!(ok, "{tag}: {text}");
-        assert!(
-            text.contains("devices 1") && text.contains("ok offloaded") && text.contains("PASSED"),
-            "{tag}: {text}"
-        );
-        assert!(!text.contains("FAIL "), "{tag}: {text}");
+    for (source, says) in [
+        ("smoke.c", "PASSED"),
+        ("gpu_nowait.c", "nowait done devices 1 PASSED"),
+    ] {
+        let src = repo_root().join("tests/omp").join(source);
+        for (tag, extra) in [("aot", None), ("jit", Some("-fopenmp-target-jit"))] {
+            let program = scratch("mpi").join(format!("{source}-{tag}"));
+            let (l, rpath) = (
+                format!("-L{}", lib.display()),
+                format!("-Wl,-rpath,{}", lib.display()),
+            );
+            let mut args = vec![
+                "-fopenmp",
+                "-fopenmp-targets=x86_64-pc-linux-gnu",
+                "-O1",
+                src.to_str().unwrap(),
+                "-o",
+                program.to_str().unwrap(),
+                &l,
+                &rpath,
+            ];
+            args.extend(extra);
+            clang(&args);
+            // Only the remote device is visible to the program (OFFLOAD_PLUGINS=mpi for it).
+            let script = repo_root().join("scripts/mpi-remote");
+            let (text, ok) = job(
+                &[script.to_str().unwrap(), program.to_str().unwrap()],
+                &[("OMP_TARGET_OFFLOAD", "MANDATORY")],
+                Duration::from_secs(300),
+            );
+            assert!(ok, "{source} {tag}: {text}");
+            assert!(text.contains(says), "{source} {tag}: {text}");
+            assert!(!text.contains("FAIL "), "{source} {tag}: {text}");
+            if source == "smoke.c" {
+                assert!(
+                    text.contains("devices 1") && text.contains("ok offloaded"),
+                    "{tag}: {text}"
+                );
+            }
+        }
     }
 }
 
@@ -362,7 +373,7 @@ fn without_recovery_mpirun_ends_the_whole_job_when_a_proxy_dies() {
 }
 
 #[test]
-fn remote_copies_of_1_byte_to_64_mib_queues_events_and_threads_are_byte_for_byte() {
+fn remote_copies_of_0_bytes_to_64_mib_queues_events_and_threads_are_byte_for_byte() {
     let copies = bin("mpi-copies");
     let (text, ok) = with_proxies(&[], &[copies.to_str().unwrap()], 2, &[]);
     assert!(ok, "{text}");

@@ -1,6 +1,6 @@
 //! `mpi-copies`: rank 0 of a job whose other ranks are `offload-mpi-proxy`
 //! (tests/tests/mpi.rs). On every remote device, through the runtime and the mpi plugin:
-//! synchronous copies of 1 byte to 64 MiB + 5 there and back at an offset (single messages
+//! synchronous copies of 0 bytes to 64 MiB + 5 there and back at an offset (single messages
 //! and chunked streams, on both sides of the stream threshold) and device-to-device, checked
 //! byte for byte; a queued read completed by an event, then by its queue; and four threads,
 //! each with its own queue, writing, copying and reading their own buffers at once. Prints a
@@ -58,9 +58,9 @@ fn run() -> offload::Result<()> {
                     "{at}: {len} bytes did not come back as written"
                 )));
             }
-            let other = device.alloc::<u8>(len)?;
-            other.copy_from(buf.slice(16..16 + len)?)?;
-            if other.to_vec()? != data {
+            let other = device.alloc::<u8>(len + 1)?;
+            other.slice(..len)?.copy_from(buf.slice(16..16 + len)?)?;
+            if other.slice(..len)?.to_vec()? != data {
                 return Err(fail(format!(
                     "{at}: a device-to-device copy of {len} bytes differs"
                 )));
