@@ -336,7 +336,7 @@ fn a_proxy_killed_mid_launch_or_mid_copy_fails_its_device_in_bounded_time_and_th
             "{op}: {failed}\n{text}"
         );
         assert!(
-            text.contains("mpi:1/host:0 failed earlier and refuses work"),
+            text.contains("mpi:1/host:0: proxy rank 1 failed earlier and takes no more work"),
             "{op}: {text}"
         );
         for what in ["native", "bitcode"] {
@@ -402,4 +402,37 @@ fn remote_copies_of_0_bytes_to_64_mib_queues_events_and_threads_are_byte_for_byt
             );
         }
     }
+}
+
+#[test]
+fn a_kernel_that_runs_longer_than_the_timeout_is_not_a_dead_proxy() {
+    // The proxy says it is busy while it serves a request: a 4.5 s kernel with a 2 s
+    // timeout, synchronous and on a queue, completes.
+    let nap = host_so(
+        "mpi-nap",
+        "#include \"offload_kernel.h\"\n#include <time.h>\n\
+         OFFLOAD_KERNEL void nap(int ms) {\n\
+           struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };\n\
+           while (nanosleep(&t, &t) != 0) {}\n\
+         }\n\
+         OFFLOAD_SIGNATURE(nap, int);\n",
+    );
+    let copies = bin("mpi-copies");
+    let (text, ok) = with_proxies(
+        &[],
+        &[
+            copies.to_str().unwrap(),
+            "--nap",
+            nap.to_str().unwrap(),
+            "4500",
+        ],
+        1,
+        &[("OFFLOAD_MPI_TIMEOUT", "2")],
+    );
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("mpi-copies: mpi:1/host:0: a 4500 ms kernel, synchronous (")
+            && text.contains(": ok"),
+        "{text}"
+    );
 }

@@ -4,12 +4,15 @@
 //! another thread's request is waiting for is kept for it.
 //!
 //! Everything waits by polling (`MPI_Test`, `MPI_Improbe`) against a deadline, never in a
-//! blocking call: Debian's Open MPI has no fault tolerance (ULFM), so a receive from a proxy
-//! that died would block for ever when the job is kept alive (`mpirun --enable-recovery`); by
-//! default `mpirun` ends the whole job when a rank dies.
+//! blocking call (a receive is made only of a message already matched by a probe): Debian's
+//! Open MPI has no fault tolerance (ULFM), so a receive from a proxy that died would block for
+//! ever when the job is kept alive (`mpirun --enable-recovery`); by default `mpirun` ends the
+//! whole job when a rank dies. The deadline is the time since the proxy was last heard from
+//! (a busy proxy sends heartbeats, [`crate::TAG_ALIVE`]); past it the rank is failed for
+//! good, and every later request to it fails at once.
 
 use crate::wire::{RemoteDevice, Reply, Request, VERSION};
-use crate::{TAG_DATA, TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
+use crate::{TAG_ALIVE, TAG_DATA, TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN};
 use mpi::datatype::Equivalence;
 use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::request::StaticScope;
@@ -30,11 +33,22 @@ pub struct Proxy {
     pub devices: Vec<RemoteDevice>,
 }
 
-/// The communicator and the replies received for other requests than the one a thread was
-/// waiting for.
+/// The communicator and what the client knows of each proxy: the replies received for other
+/// requests than the one a thread was waiting for, when it was last heard from, and why it
+/// failed, if it did.
 struct Link {
     world: SimpleCommunicator,
     kept: HashMap<(i32, u64), Reply>,
+    heard: HashMap<i32, Instant>,
+    failed: HashMap<i32, Error>,
+}
+
+/// One wait for a proxy: it fails once the proxy has said nothing (no reply, no chunk, no
+/// heartbeat) for the timeout.
+struct Watch {
+    rank: i32,
+    started: Instant,
+    deadline: Instant,
 }
 
 // SAFETY: the communicator is only used under the client's mutex, one MPI call at a time,
@@ -126,6 +140,8 @@ impl Client {
             link: Mutex::new(Link {
                 world,
                 kept: HashMap::new(),
+                heard: HashMap::new(),
+                failed: HashMap::new(),
             }),
             streams: proxies.iter().map(|p| (p.rank, Mutex::new(()))).collect(),
             proxies,
@@ -137,6 +153,66 @@ impl Client {
     /// The proxies, by rank.
     pub fn proxies(&self) -> &[Proxy] {
         &self.proxies
+    }
+
+    /// An error if proxy `rank` failed (it stopped answering): every later request to it fails
+    /// at once, naming why.
+    pub fn check_rank(&self, rank: i32) -> Result<()> {
+        match lock(&self.link).failed.get(&rank) {
+            Some(e) => Err(Error::DeviceFailure(format!(
+                "proxy rank {rank} failed earlier and takes no more work: {}",
+                e.message()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The ranks that failed.
+    pub fn failed_ranks(&self) -> Vec<i32> {
+        lock(&self.link).failed.keys().copied().collect()
+    }
+
+    fn watch(&self, rank: i32) -> Result<Watch> {
+        self.check_rank(rank)?;
+        let now = Instant::now();
+        Ok(Watch {
+            rank,
+            started: now,
+            deadline: now + self.timeout,
+        })
+    }
+
+    /// At a watch's deadline: the proxy's heartbeats are read; if it was heard from within
+    /// the timeout the wait goes on (`None`), else the rank is failed for good and the error
+    /// names it and `what` it did not answer.
+    fn expired(&self, w: &mut Watch, what: &str) -> Option<Error> {
+        let mut link = lock(&self.link);
+        while let Some(p) = link
+            .world
+            .process_at_rank(w.rank)
+            .immediate_matched_probe_with_tag(TAG_ALIVE)
+        {
+            drop(p.matched_receive_vec::<u8>());
+            link.heard.insert(w.rank, Instant::now());
+        }
+        let last = link
+            .heard
+            .get(&w.rank)
+            .copied()
+            .map_or(w.started, |h| h.max(w.started));
+        if last.elapsed() < self.timeout {
+            w.deadline = last + self.timeout;
+            return None;
+        }
+        let e = Error::DeviceFailure(format!(
+            "proxy rank {} did not answer {what} in {:?} (OFFLOAD_MPI_TIMEOUT): it sent nothing \
+             in that time, not even that it was busy",
+            w.rank, self.timeout
+        ));
+        link.failed.insert(w.rank, e.clone());
+        // Replies it may still send are for requests nobody waits for any more.
+        link.kept.retain(|(r, _), _| *r != w.rank);
+        Some(e)
     }
 
     /// How long any one wait may take.
@@ -229,7 +305,7 @@ impl Client {
     /// Waits for a send, at most the timeout; its buffer, to reuse. A send the proxy does not
     /// take in time is left to MPI (its buffer with it) and fails the operation.
     fn complete(&self, rank: i32, what: &str, mut pending: Sending) -> Result<Box<[u8]>> {
-        let deadline = Instant::now() + self.timeout;
+        let mut w = self.watch(rank)?;
         let mut backoff = Backoff::default();
         loop {
             let tested = {
@@ -240,13 +316,11 @@ impl Client {
                 Ok(buf) => return Ok(buf),
                 Err(again) => pending = again,
             }
-            if Instant::now() > deadline {
+            if Instant::now() > w.deadline
+                && let Some(e) = self.expired(&mut w, what)
+            {
                 pending.abandon();
-                return Err(Error::DeviceFailure(format!(
-                    "proxy rank {rank} did not answer {what} in {:?} (OFFLOAD_MPI_TIMEOUT): it \
-                     takes no message",
-                    self.timeout
-                )));
+                return Err(e);
             }
             backoff.pause();
         }
@@ -261,10 +335,10 @@ impl Client {
         let what = request.name();
         let mut got = 0usize;
         let mut overflow = false;
-        let mut deadline = Instant::now() + self.timeout;
+        let mut w = self.watch(rank)?;
         let mut backoff = Backoff::default();
         loop {
-            let link = lock(&self.link);
+            let mut link = lock(&self.link);
             let probed = link
                 .world
                 .process_at_rank(rank)
@@ -283,22 +357,21 @@ impl Client {
                     probed.0.matched_receive_into(&mut dst[got..got + n]);
                     got += n;
                 }
-                deadline = Instant::now() + self.timeout;
+                link.heard.insert(rank, Instant::now());
                 continue;
             }
             drop(link);
-            if Instant::now() > deadline {
-                return Err(Error::DeviceFailure(format!(
-                    "proxy rank {rank} did not answer {what} in {:?} (OFFLOAD_MPI_TIMEOUT)",
-                    self.timeout
-                )));
+            if Instant::now() > w.deadline
+                && let Some(e) = self.expired(&mut w, what)
+            {
+                return Err(e);
             }
             backoff.pause();
         }
         let reply = self.wait(rank, id, what)?;
         if overflow || got != dst.len() {
             return Err(Error::DeviceFailure(format!(
-                "proxy rank {rank} sent {} bytes for a {what} of {}",
+                "proxy rank {rank} sent {} bytes for a {what} of {} bytes",
                 if overflow {
                     "more".to_string()
                 } else {
@@ -321,6 +394,7 @@ impl Client {
     /// Sends bytes to `rank` as a request as they are (the mutation tests send broken ones),
     /// waiting at most the timeout for the send to complete.
     pub fn send_raw(&self, rank: i32, message: Vec<u8>, what: &str) -> Result<()> {
+        self.check_rank(rank)?;
         let n = message.len();
         // A small message completes at once (MPI copies it out): tested under the same lock.
         let sent = {
@@ -339,27 +413,11 @@ impl Client {
         }
     }
 
-    /// The next reply of `rank` for request `id` (any id: `None`), within the timeout; replies
-    /// for other requests are kept for their waiters. A reply that does not decode is an
-    /// error naming the rank.
+    /// The next reply of `rank` for request `id` (any id: `None`), within the timeout (counted
+    /// from when the proxy was last heard from); replies for other requests are kept for their
+    /// waiters. A reply that does not decode is an error naming the rank.
     pub fn wait_for(&self, rank: i32, id: Option<u64>, what: &str) -> Result<Reply> {
-        self.wait_until(rank, id, what, self.timeout)
-    }
-
-    /// Ends proxy `rank` ([`shutdown`]).
-    pub fn shutdown(&self, rank: i32) {
-        let link = lock(&self.link);
-        shutdown(&link.world, &[rank]);
-    }
-
-    fn wait_until(
-        &self,
-        rank: i32,
-        id: Option<u64>,
-        what: &str,
-        timeout: Duration,
-    ) -> Result<Reply> {
-        let deadline = Instant::now() + timeout;
+        let mut w = self.watch(rank)?;
         let mut backoff = Backoff::default();
         loop {
             {
@@ -375,6 +433,7 @@ impl Client {
                     .immediate_matched_probe_with_tag(TAG_REPLY);
                 if let Some(probed) = probed {
                     let bytes = probed.matched_receive_vec::<u8>().0;
+                    link.heard.insert(rank, Instant::now());
                     let (got, reply) = Reply::decode(&bytes).map_err(|e| {
                         e.context(format!("a reply of proxy rank {rank} (waiting for {what})"))
                     })?;
@@ -385,13 +444,28 @@ impl Client {
                     continue;
                 }
             }
-            if Instant::now() > deadline {
-                return Err(Error::DeviceFailure(format!(
-                    "proxy rank {rank} did not answer {what} in {timeout:?} (OFFLOAD_MPI_TIMEOUT)"
-                )));
+            if Instant::now() > w.deadline
+                && let Some(e) = self.expired(&mut w, what)
+            {
+                return Err(e);
             }
             backoff.pause();
         }
+    }
+
+    /// Ends every other rank of the job ([`shutdown`]), the failed ones too (a proxy that
+    /// stopped answering may be alive, and waits for its end like the others).
+    pub fn shutdown_all(&self) {
+        let link = lock(&self.link);
+        let me = link.world.rank();
+        let others: Vec<i32> = (0..link.world.size()).filter(|r| *r != me).collect();
+        shutdown(&link.world, &others);
+    }
+
+    /// Ends proxy `rank` ([`shutdown`]).
+    pub fn shutdown(&self, rank: i32) {
+        let link = lock(&self.link);
+        shutdown(&link.world, &[rank]);
     }
 }
 

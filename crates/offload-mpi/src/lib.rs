@@ -21,6 +21,12 @@ pub const TAG_REPLY: i32 = 0x0ff3;
 pub const TAG_SHUTDOWN: i32 = 0x0ff4;
 /// The MPI tag of a stream's chunks (either way), which follow their request in order.
 pub const TAG_DATA: i32 = 0x0ff5;
+/// An empty message a proxy sends rank 0 every [`HEARTBEAT`] while it serves a request that
+/// takes long (a long kernel, a queue's synchronisation): a wait is the time since the proxy
+/// was last heard from, not since the request.
+pub const TAG_ALIVE: i32 = 0x0ff6;
+/// How often a busy proxy says it is alive.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(250);
 /// Plain MPI between rank 0 and a proxy, for the benchmark's reference (benches/mpi_remote.rs):
 /// bytes a proxy answers with an empty message...
 pub const TAG_ECHO_PUT: i32 = 0x0ff8;

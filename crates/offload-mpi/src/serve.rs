@@ -45,8 +45,11 @@ const THREADED_FROM: u64 = 16 << 20;
 /// What a queue of a device has pending on the proxy.
 #[derive(Debug, Default)]
 struct Pending {
-    /// Bytes queued copies read from, kept until the queue has run them.
-    held: Vec<Vec<u8>>,
+    /// Bytes queued copies read from, kept until the queue has run them (the queue's
+    /// synchronisation, or an event's recorded after them); `held_base` counts those already
+    /// let go, so an event can name the ones before its record.
+    held: std::collections::VecDeque<Vec<u8>>,
+    held_base: u64,
     /// Queued reads: the request's id and the bytes the device writes.
     reads: Vec<(u64, Vec<u8>)>,
     /// The first error met enqueueing work.
@@ -68,6 +71,16 @@ pub trait Data {
     );
 }
 
+/// An event's record: its queue, the reads queued there before it, how many held buffers
+/// precede it, and the record's error (the reads before a failed record fail with it).
+#[derive(Debug, Clone)]
+struct Mark {
+    queue: u64,
+    reads: Vec<u64>,
+    held_upto: u64,
+    recorded: Option<Error>,
+}
+
 /// What a proxy serves: its node's devices and what their queues have pending.
 #[derive(Debug)]
 pub struct Server {
@@ -75,8 +88,8 @@ pub struct Server {
     pool: Vec<Vec<u8>>,
     devices: Vec<Served>,
     queues: HashMap<(u32, u64), Pending>,
-    /// For each recorded event: its queue and the reads queued before its record.
-    events: HashMap<(u32, u64), (u64, Vec<u64>)>,
+    /// Each recorded event: what was queued before its record.
+    events: HashMap<(u32, u64), Mark>,
 }
 
 impl Server {
@@ -120,12 +133,18 @@ impl Server {
         let mut replies = Vec::new();
         let answered = request.answered();
         let queue = queue_of(&request);
+        let queued_read = matches!(request, Request::Read { queue: Some(_), .. });
         match self.serve(id, request, &mut replies, data) {
             Ok(reply) if answered => replies.push(reply.encode(id)),
             Ok(_) => {}
             Err(e) if answered => replies.push(Reply::failed(&e).encode(id)),
             // Work on a queue: the first error waits for the queue's synchronisation.
+            // A queued read the device refused is answered now: the program waits for its
+            // bytes at the synchronisation, and they will never come.
             Err(e) => {
+                if queued_read {
+                    replies.push(Reply::failed(&e).encode(id));
+                }
                 if let Some(key) = queue {
                     self.queues.entry(key).or_default().error.get_or_insert(e);
                 }
@@ -179,6 +198,7 @@ impl Server {
         let p = self.queues.entry(key).or_default();
         let first = p.error.take();
         let held = std::mem::take(&mut p.held);
+        p.held_base += held.len() as u64;
         match &synced {
             Err(e) => held.into_iter().for_each(|b| keep_if_unsettled(e, b)),
             Ok(()) => drop(held),
@@ -266,7 +286,11 @@ impl Server {
                     )?
                 };
                 if let Some(q) = queue {
-                    self.queues.entry((device, q)).or_default().held.push(bytes);
+                    self.queues
+                        .entry((device, q))
+                        .or_default()
+                        .held
+                        .push_back(bytes);
                 }
                 Ok(Reply::Done)
             }
@@ -277,9 +301,14 @@ impl Server {
                 queue,
             } => {
                 let d = self.device(device)?.clone();
-                let len = usize::try_from(len).map_err(|_| {
-                    Error::OutOfMemory(format!("a read of {len} bytes does not fit this node"))
-                })?;
+                if len > crate::wire::MAX_MESSAGE as u64 {
+                    return Err(Error::InvalidArgument(format!(
+                        "a read of {len} bytes in one message (at most {} bytes; larger reads \
+                         are streams)",
+                        crate::wire::MAX_MESSAGE
+                    )));
+                }
+                let len = len as usize;
                 let mut bytes = Vec::new();
                 bytes.try_reserve_exact(len).map_err(|_| {
                     Error::OutOfMemory(format!("no room on the proxy for a read of {len} bytes"))
@@ -377,15 +406,19 @@ impl Server {
                 event,
                 queue,
             } => {
-                self.device(device)?
-                    .event_record(EventHandle(event), QueueHandle(queue))?;
-                let before = self
-                    .queues
-                    .get(&(device, queue))
-                    .map(|p| p.reads.iter().map(|(id, _)| *id).collect())
-                    .unwrap_or_default();
-                self.events.insert((device, event), (queue, before));
-                Ok(Reply::Done)
+                let recorded = self
+                    .device(device)
+                    .and_then(|d| d.event_record(EventHandle(event), QueueHandle(queue)));
+                // Marked whatever happened: the program counts on the reads before it.
+                let p = self.queues.entry((device, queue)).or_default();
+                let mark = Mark {
+                    queue,
+                    reads: p.reads.iter().map(|(id, _)| *id).collect(),
+                    held_upto: p.held_base + p.held.len() as u64,
+                    recorded: recorded.clone().err(),
+                };
+                self.events.insert((device, event), mark);
+                recorded.map(|()| Reply::Done)
             }
             Request::EventWait {
                 device,
@@ -574,8 +607,21 @@ impl Server {
         outcome: &Result<()>,
         replies: &mut Vec<Vec<u8>>,
     ) {
-        if let Some((queue, before)) = self.events.get(&(device, event)).cloned() {
-            self.flush_reads((device, queue), Some(&before), outcome, replies);
+        let Some(mark) = self.events.get(&(device, event)).cloned() else {
+            return;
+        };
+        let outcome = match mark.recorded {
+            Some(e) => Err(e),
+            None => outcome.clone(),
+        };
+        self.flush_reads((device, mark.queue), Some(&mark.reads), &outcome, replies);
+        // The queue has run the copies before the event: their bytes can go.
+        if outcome.is_ok()
+            && let Some(p) = self.queues.get_mut(&(device, mark.queue))
+        {
+            while p.held_base < mark.held_upto && p.held.pop_front().is_some() {
+                p.held_base += 1;
+            }
         }
     }
 }

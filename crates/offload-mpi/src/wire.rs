@@ -40,6 +40,9 @@ const MAX_ARGS: u64 = 1 << 16;
 pub const MIN_CHUNK: u64 = 4 << 10;
 /// See [`MIN_CHUNK`].
 pub const MAX_CHUNK: u64 = 64 << 20;
+/// The most bytes one message carries: a larger queued copy is sent in pieces, a larger
+/// synchronous one as a stream, and a proxy refuses a single read of more.
+pub const MAX_MESSAGE: usize = 64 << 20;
 /// Synchronous copies from this size on are streams ([`Request::WriteStream`],
 /// [`Request::ReadStream`]).
 pub const STREAM_FROM: usize = 256 << 10;
@@ -166,8 +169,8 @@ pub enum Request {
         chunk: u64,
     },
     /// A synchronous copy of `len` bytes at `src` back, sent as [`crate::TAG_DATA`] messages of
-    /// `chunk` bytes each before the reply (all of them, also after a failure: the reply says
-    /// whether they hold the bytes).
+    /// `chunk` bytes each before the reply: up to the first chunk the device could not read,
+    /// then an empty one that ends the stream; the reply says whether all came.
     ReadStream {
         device: u32,
         src: u64,

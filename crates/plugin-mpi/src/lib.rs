@@ -22,16 +22,16 @@
 //! most `OFFLOAD_MPI_TIMEOUT` seconds (default 30) for every other rank's hello, and at exit
 //! shuts the proxies down and finalises MPI (if it initialised it).
 //!
-//! **Faults.** No wait is longer than the timeout: a proxy that does not answer makes the
-//! operation fail naming the rank and the operation, and that device refuses all later work;
-//! the other devices keep working.
+//! **Faults.** A wait lasts until the proxy has said nothing for the timeout (a busy proxy
+//! sends heartbeats): then the operation fails naming the rank and the operation, and that
+//! proxy's devices refuse all later work; the other proxies' devices keep working.
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 use offload_core::sync::lock;
 use offload_core::{
-    DeviceInfo, DevicePtr, Error, ErrorKind, EventHandle, GenericDevice, GenericPlugin,
-    GlobalSymbol, ImageClaim, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle,
-    QueueHandle, Result,
+    DeviceInfo, DevicePtr, Error, EventHandle, GenericDevice, GenericPlugin, GlobalSymbol,
+    ImageClaim, KernelArg, KernelHandle, LaunchDims, MemoryKind, ProgramHandle, QueueHandle,
+    Result,
 };
 use offload_mpi::client::Client;
 use offload_mpi::wire::{RemoteDevice, Reply, Request};
@@ -159,7 +159,6 @@ fn join() -> Result<Job> {
                 address: d.address(p.rank),
                 desc: d.clone(),
                 client: client.clone(),
-                failed: OnceLock::new(),
                 queues: Mutex::default(),
             }));
         }
@@ -172,24 +171,24 @@ fn join() -> Result<Job> {
     Ok(job)
 }
 
-/// At exit: every other rank is told to end (the proxies, also those refused at start; a
-/// proxy whose device failed is skipped: it is gone or stuck), then MPI is finalised if this
-/// plugin initialised it (`mpirun` reports a rank that exits without finalising as a failure).
+/// At exit: every other rank is told to end (the proxies, also those refused at start or
+/// failed: a proxy that stopped answering may be alive, and waits for its end like the
+/// others), then MPI is finalised if this plugin initialised it (`mpirun` reports a rank that
+/// exits without finalising as a failure).
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         if mpi::environment::is_finalized() {
             return;
         }
-        let world = SimpleCommunicator::world();
-        let dead: Vec<i32> = JOB.get().map_or_else(Vec::new, |job| {
-            job.devices
-                .iter()
-                .filter(|d| d.failed.get().is_some())
-                .map(|d| d.rank)
-                .collect()
-        });
-        let others: Vec<i32> = (1..world.size()).filter(|r| !dead.contains(r)).collect();
-        offload_mpi::client::shutdown(&world, &others);
+        match JOB.get() {
+            // Under the client's lock: a thread of the program may still be in a call.
+            Some(job) => job.client.shutdown_all(),
+            None => {
+                let world = SimpleCommunicator::world();
+                let others: Vec<i32> = (1..world.size()).collect();
+                offload_mpi::client::shutdown(&world, &others);
+            }
+        }
         drop(lock(&UNIVERSE).take());
     });
 }
@@ -322,55 +321,26 @@ pub struct MpiDevice {
     address: String,
     desc: RemoteDevice,
     client: Arc<Client>,
-    /// Set when the proxy stopped answering: the device refuses all later work.
-    failed: OnceLock<Error>,
     queues: Mutex<Queues>,
 }
 
 impl MpiDevice {
-    fn check_alive(&self) -> Result<()> {
-        match self.failed.get() {
-            Some(e) => Err(Error::DeviceFailure(format!(
-                "{} failed earlier and refuses work: {}",
-                self.address,
-                e.message()
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// A failure of the link (no answer in time, a reply that does not decode) fails the
-    /// device for good; an error the proxy replied with is the operation's only.
-    fn note(&self, r: Result<Reply>) -> Result<Reply> {
-        if let Err(e) = &r
-            && e.kind() == ErrorKind::DeviceFailure
-            && e.message().contains("OFFLOAD_MPI_TIMEOUT")
-        {
-            let _ = self.failed.set(e.clone());
-        }
-        r.map_err(|e| e.context(&self.address))
-    }
-
     fn call(&self, request: Request) -> Result<Reply> {
-        self.check_alive()?;
-        self.note(self.client.request(self.rank, &request))
+        self.client
+            .request(self.rank, &request)
+            .map_err(|e| e.context(&self.address))
     }
 
     fn post(&self, request: &Request) -> Result<u64> {
-        self.check_alive()?;
-        self.note(
-            self.client
-                .post(self.rank, request)
-                .map(|id| Reply::Value { value: id }),
-        )
-        .map(|r| match r {
-            Reply::Value { value } => value,
-            _ => unreachable!("post returns the id"),
-        })
+        self.client
+            .post(self.rank, request)
+            .map_err(|e| e.context(&self.address))
     }
 
     fn wait(&self, id: u64, what: &str) -> Result<Reply> {
-        self.note(self.client.wait(self.rank, id, what))
+        self.client
+            .wait(self.rank, id, what)
+            .map_err(|e| e.context(&self.address))
     }
 
     fn value(&self, request: Request) -> Result<u64> {
@@ -562,28 +532,44 @@ impl GenericDevice for MpiDevice {
                 len: len as u64,
                 chunk: offload_mpi::wire::chunk_for(len) as u64,
             };
-            self.check_alive()?;
-            return match self.note(self.client.write_stream(self.rank, &request, data))? {
+            return match self
+                .client
+                .write_stream(self.rank, &request, data)
+                .map_err(|e| e.context(&self.address))?
+            {
                 Reply::Done => Ok(()),
                 other => Err(self.unexpected("copy to the device", &other)),
             };
         }
-        let bytes = if len == 0 {
-            Vec::new()
+        let data: &[u8] = if len == 0 {
+            &[]
         } else {
             // SAFETY: the caller's contract: `src` is valid for `len` reads (the bytes are
-            // copied into the message now, so a queue does not need them later).
-            unsafe { std::slice::from_raw_parts(src, len) }.to_vec()
+            // copied into the messages now, so a queue does not need them later).
+            unsafe { std::slice::from_raw_parts(src, len) }
         };
-        let request = Request::Write {
-            device: self.remote,
-            dst: dst.0,
-            queue: queue.map(|q| q.0),
-            bytes,
+        let Some(q) = queue else {
+            return self.done(Request::Write {
+                device: self.remote,
+                dst: dst.0,
+                queue: None,
+                bytes: data.to_vec(),
+            });
         };
-        match queue {
-            None => self.done(request),
-            Some(_) => self.post(&request).map(drop),
+        // Queued: one message per piece of at most MAX_MESSAGE bytes, in order on the queue.
+        let mut at = 0;
+        loop {
+            let n = (len - at).min(offload_mpi::wire::MAX_MESSAGE);
+            self.post(&Request::Write {
+                device: self.remote,
+                dst: dst.offset(at as u64)?.0,
+                queue: Some(q.0),
+                bytes: data[at..at + n].to_vec(),
+            })?;
+            at += n;
+            if at >= len {
+                return Ok(());
+            }
         }
     }
 
@@ -609,20 +595,23 @@ impl GenericDevice for MpiDevice {
                 len: len as u64,
                 chunk: offload_mpi::wire::chunk_for(len) as u64,
             };
-            self.check_alive()?;
-            return match self.note(self.client.read_stream(self.rank, &request, out))? {
+            return match self
+                .client
+                .read_stream(self.rank, &request, out)
+                .map_err(|e| e.context(&self.address))?
+            {
                 Reply::Done => Ok(()),
                 other => Err(self.unexpected("copy from the device", &other)),
             };
         }
-        let request = Request::Read {
-            device: self.remote,
-            src: src.0,
-            len: len as u64,
-            queue: queue.map(|q| q.0),
-        };
-        match queue {
-            None => match self.call(request)? {
+        let Some(q) = queue else {
+            let request = Request::Read {
+                device: self.remote,
+                src: src.0,
+                len: len as u64,
+                queue: None,
+            };
+            return match self.call(request)? {
                 Reply::Bytes { bytes } if bytes.len() == len => {
                     if len > 0 {
                         // SAFETY: the caller's contract: `dst` is valid for `len` writes.
@@ -630,17 +619,34 @@ impl GenericDevice for MpiDevice {
                     }
                     Ok(())
                 }
+                Reply::Bytes { bytes } => Err(Error::DeviceFailure(format!(
+                    "{}: proxy rank {} sent {} bytes for a copy from the device of {len} bytes",
+                    self.address,
+                    self.rank,
+                    bytes.len()
+                ))),
                 other => Err(self.unexpected("copy from the device", &other)),
-            },
-            Some(q) => {
-                let mut queues = lock(&self.queues);
-                let id = self.post(&request)?;
-                queues.reads.entry(q.0).or_default().push(QueuedRead {
-                    id,
-                    dst: dst as usize,
-                    len,
-                });
-                Ok(())
+            };
+        };
+        // Queued: one read per piece of at most MAX_MESSAGE bytes, each landing at its place.
+        let mut queues = lock(&self.queues);
+        let mut at = 0;
+        loop {
+            let n = (len - at).min(offload_mpi::wire::MAX_MESSAGE);
+            let id = self.post(&Request::Read {
+                device: self.remote,
+                src: src.offset(at as u64)?.0,
+                len: n as u64,
+                queue: Some(q.0),
+            })?;
+            queues.reads.entry(q.0).or_default().push(QueuedRead {
+                id,
+                dst: dst as usize + at,
+                len: n,
+            });
+            at += n;
+            if at >= len {
+                return Ok(());
             }
         }
     }
@@ -802,6 +808,7 @@ impl GenericDevice for MpiDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use offload_core::ErrorKind;
 
     #[test]
     fn outside_a_job_there_is_no_device_a_reason_and_no_mpi() {

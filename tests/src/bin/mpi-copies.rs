@@ -29,6 +29,16 @@ fn main() {
 fn run() -> offload::Result<()> {
     let rt = Runtime::builder().build()?;
     let count = rt.plugin("mpi")?.device_count()?;
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, image, ms] = &args[..]
+        && flag == "--nap"
+    {
+        return long_kernel(
+            &rt.device("mpi", 0)?,
+            image,
+            ms.parse().expect("milliseconds"),
+        );
+    }
     let stream = 256 << 10;
     for i in 0..count {
         let device = rt.device("mpi", i)?;
@@ -71,6 +81,44 @@ fn run() -> offload::Result<()> {
         threads(&device, &at)?;
     }
     println!("mpi-copies: ok, {count} devices");
+    Ok(())
+}
+
+/// `nap(ms)` from the host image `image`, launched synchronously and on a queue: a kernel that
+/// runs longer than OFFLOAD_MPI_TIMEOUT is not a dead proxy (it says it is busy).
+fn long_kernel(device: &offload::Device, image: &str, ms: i32) -> offload::Result<()> {
+    let at = device
+        .info()?
+        .name
+        .split(' ')
+        .next()
+        .unwrap_or("?")
+        .to_string();
+    let image = std::fs::read(image).map_err(|e| fail(format!("{image}: {e}")))?;
+    // SAFETY: the test's own kernel (tests/tests/mpi.rs), `void nap(int)`.
+    let program = unsafe { device.load_trusted(&image) }?;
+    let nap = program.kernel("nap")?;
+    let dims = offload::LaunchDims::linear(1, 1);
+    let args = [offload::KernelArg::I32(ms)];
+    let t = Instant::now();
+    // SAFETY: `nap` takes one int and touches no memory.
+    unsafe { nap.launch(dims).args_raw(&args).unchecked().run() }?;
+    let sync = t.elapsed();
+    let queue = device.queue()?;
+    let t = Instant::now();
+    // SAFETY: as above.
+    unsafe {
+        nap.launch(dims)
+            .args_raw(&args)
+            .on(&queue)
+            .unchecked()
+            .run()
+    }?;
+    queue.synchronize()?;
+    println!(
+        "mpi-copies: {at}: a {ms} ms kernel, synchronous ({sync:?}) and queued ({:?}): ok",
+        t.elapsed()
+    );
     Ok(())
 }
 

@@ -303,7 +303,14 @@ mod tests {
         assert!(parse_dims("1,2,3,4").is_err());
         assert_eq!(parse_device("host:2").unwrap(), "host:2");
         assert_eq!(parse_device("mpi:1/host:0").unwrap(), "mpi:1/host:0");
-        for bad in ["host", "host:-1", ":1", "mpi:1/host", "mpi:x/host:0", "mpi:1/:0"] {
+        for bad in [
+            "host",
+            "host:-1",
+            ":1",
+            "mpi:1/host",
+            "mpi:x/host:0",
+            "mpi:1/:0",
+        ] {
             assert!(parse_device(bad).is_err(), "{bad}");
         }
     }

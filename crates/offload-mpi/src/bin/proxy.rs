@@ -4,14 +4,17 @@
 
 use mpi::datatype::Equivalence;
 use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
-use mpi::topology::Communicator;
-use mpi::topology::Process;
-use offload_mpi::client::Sending;
+use mpi::topology::{Communicator, Process, SimpleCommunicator};
+use offload_core::sync::lock;
+use offload_mpi::client::{Backoff, Sending};
 use offload_mpi::serve::{Data, Served, Server};
 use offload_mpi::wire::{Reply, Request};
 use offload_mpi::{
-    TAG_DATA, TAG_ECHO_GET, TAG_ECHO_PUT, TAG_HELLO, TAG_REPLY, TAG_REQUEST, TAG_SHUTDOWN,
+    HEARTBEAT, TAG_ALIVE, TAG_DATA, TAG_ECHO_GET, TAG_ECHO_PUT, TAG_HELLO, TAG_REPLY, TAG_REQUEST,
+    TAG_SHUTDOWN,
 };
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -71,9 +74,19 @@ fn main() {
     }
     let client = world.process_at_rank(0);
     client.send_with_tag(&hello[..], TAG_HELLO);
+    std::thread::spawn(heartbeat);
     let mut echo: Vec<u8> = Vec::new();
+    let mut backoff = Backoff::default();
     loop {
-        let probed = client.matched_probe();
+        let probed = {
+            let _mpi = lock(&MPI);
+            client.immediate_matched_probe()
+        };
+        let Some(probed) = probed else {
+            backoff.pause();
+            continue;
+        };
+        backoff = Backoff::default();
         let tag = probed.1.tag();
         if tag == TAG_ECHO_PUT {
             // Plain MPI, the benchmark's reference: the bytes into memory reused, an empty
@@ -82,11 +95,15 @@ fn main() {
             if echo.len() < n {
                 echo.resize(n, 0);
             }
+            let _mpi = lock(&MPI);
             probed.0.matched_receive_into(&mut echo[..n]);
             client.send_with_tag(&[0u8; 0][..], TAG_ECHO_PUT);
             continue;
         }
-        let (bytes, _) = probed.matched_receive_vec::<u8>();
+        let (bytes, _) = {
+            let _mpi = lock(&MPI);
+            probed.matched_receive_vec::<u8>()
+        };
         match tag {
             TAG_REQUEST => {}
             TAG_SHUTDOWN => break,
@@ -98,6 +115,7 @@ fn main() {
                 if echo.len() < n {
                     echo.resize(n, 0);
                 }
+                let _mpi = lock(&MPI);
                 client.send_with_tag(&echo[..n], TAG_ECHO_GET);
                 continue;
             }
@@ -114,9 +132,63 @@ fn main() {
             client: &client,
             timeout,
         };
-        for reply in server.answer(&bytes, &mut data) {
-            client.send_with_tag(&reply[..], TAG_REPLY);
+        BUSY.store(true, Ordering::Release);
+        let replies = server.answer(&bytes, &mut data);
+        BUSY.store(false, Ordering::Release);
+        for reply in replies {
+            let n = reply.len();
+            let sending = {
+                let _mpi = lock(&MPI);
+                Sending::start(&client, reply.into_boxed_slice(), n, TAG_REPLY)
+            };
+            // A reply nobody takes (the program gave up waiting) is left to MPI.
+            drop(wait_bounded(sending, timeout));
         }
+    }
+}
+
+/// Serialises this process's MPI calls between the serving thread and the heartbeat
+/// (MPI_THREAD_SERIALIZED).
+static MPI: Mutex<()> = Mutex::new(());
+/// Whether the serving thread is serving a request now.
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Every [`HEARTBEAT`] while a request is being served: an empty [`TAG_ALIVE`] message to
+/// rank 0, so that its waits count from the last sign of life, not from the request (a long
+/// kernel is not a dead proxy). Skipped while the serving thread is in an MPI call.
+fn heartbeat() {
+    let world = SimpleCommunicator::world();
+    let program = world.process_at_rank(0);
+    loop {
+        std::thread::sleep(HEARTBEAT);
+        if !BUSY.load(Ordering::Acquire) {
+            continue;
+        }
+        if let Ok(_mpi) = MPI.try_lock() {
+            // Empty: sent eagerly, complete at once.
+            program.send_with_tag(&[0u8; 0][..], TAG_ALIVE);
+        }
+    }
+}
+
+/// Waits for a send at most `timeout`; the buffer, or `None` when the send was left to MPI.
+fn wait_bounded(mut sending: Sending, timeout: Duration) -> Option<Box<[u8]>> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Backoff::default();
+    loop {
+        let tested = {
+            let _mpi = lock(&MPI);
+            sending.test()
+        };
+        match tested {
+            Ok(buf) => return Some(buf),
+            Err(again) => sending = again,
+        }
+        if Instant::now() > deadline {
+            sending.abandon();
+            return None;
+        }
+        backoff.pause();
     }
 }
 
@@ -194,8 +266,9 @@ const IN_FLIGHT: usize = 3;
 impl Data for MpiData<'_> {
     fn receive(&mut self, buf: &mut [u8]) -> offload_core::Result<()> {
         let deadline = Instant::now() + self.timeout;
-        let mut backoff = offload_mpi::client::Backoff::default();
+        let mut backoff = Backoff::default();
         loop {
+            let mpi = lock(&MPI);
             if let Some(probed) = self.client.immediate_matched_probe_with_tag(TAG_DATA) {
                 let n = probed.1.count(u8::equivalent_datatype()) as usize;
                 if n != buf.len() {
@@ -208,6 +281,7 @@ impl Data for MpiData<'_> {
                 probed.0.matched_receive_into(buf);
                 return Ok(());
             }
+            drop(mpi);
             if Instant::now() > deadline {
                 return Err(offload_core::Error::DeviceFailure(format!(
                     "the program sent no chunk of its stream in {:?} (OFFLOAD_MPI_TIMEOUT)",
@@ -225,25 +299,40 @@ impl Data for MpiData<'_> {
     ) {
         // Each chunk goes from a buffer of its own, given to MPI until its send completes, then
         // refilled (`Sending`).
-        let mut ring: Vec<Sending> = Vec::new();
+        let mut ring: std::collections::VecDeque<Sending> = Default::default();
         let mut spare: Vec<Box<[u8]>> = Vec::new();
+        let start = |buf: Box<[u8]>, n: usize| {
+            let _mpi = lock(&MPI);
+            Sending::start(self.client, buf, n, TAG_DATA)
+        };
         for (at, n) in lens {
             if ring.len() == IN_FLIGHT {
-                spare.push(ring.remove(0).wait());
+                let oldest = ring.pop_front().expect("in flight");
+                match wait_bounded(oldest, self.timeout) {
+                    Some(b) => spare.push(b),
+                    // The program takes no more: the rest is not sent.
+                    None => {
+                        ring.into_iter().for_each(Sending::abandon);
+                        return;
+                    }
+                }
             }
             let mut buf = match spare.pop() {
                 Some(b) if b.len() >= n => b,
                 _ => vec![0u8; n].into_boxed_slice(),
             };
             let failed = fill(at, &mut buf[..n]).is_err();
-            ring.push(Sending::start(self.client, buf, n, TAG_DATA));
+            ring.push_back(start(buf, n));
             if failed {
                 break;
             }
         }
-        ring.push(Sending::start(self.client, Box::new([]), 0, TAG_DATA));
-        for s in ring {
-            s.wait();
+        ring.push_back(start(Box::new([]), 0));
+        while let Some(s) = ring.pop_front() {
+            if wait_bounded(s, self.timeout).is_none() {
+                ring.into_iter().for_each(Sending::abandon);
+                return;
+            }
         }
     }
 }
