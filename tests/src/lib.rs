@@ -145,6 +145,29 @@ pub fn host_so(tag: &str, source: &str) -> PathBuf {
     out
 }
 
+/// Builds the OpenMP program `src` (C, or C++ for `.cpp`) with clang-19 for x86-64
+/// offloading at -O1 into `out`, linked against the libomptarget in `lib` with an rpath to it,
+/// plus `extra` flags (`-fopenmp-target-jit` for JIT mode).
+pub fn omp_program(src: &Path, out: &Path, lib: &Path, extra: &[&str]) {
+    let mut args = vec![];
+    if src.extension().is_some_and(|e| e == "cpp") {
+        args.push("--driver-mode=g++");
+    }
+    args.extend([
+        "-fopenmp",
+        "-fopenmp-targets=x86_64-pc-linux-gnu",
+        "-O1",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let l = format!("-L{}", lib.display());
+    let rpath = format!("-Wl,-rpath,{}", lib.display());
+    args.extend([l.as_str(), rpath.as_str()]);
+    args.extend(extra);
+    clang(&args);
+}
+
 /// Runs the `offload` binary with only the host plugin directory on its search path (plus
 /// `envs`).
 pub fn offload(args: &[&str], envs: &[(&str, &str)]) -> Output {

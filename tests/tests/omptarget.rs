@@ -23,24 +23,7 @@ fn build(name: &str, lib: &Path, extra: &[&str], tag: &str) -> PathBuf {
     } else {
         format!("{name}.c")
     };
-    let src = repo_root().join("tests/omp").join(file);
-    let mut args = vec![];
-    if name.ends_with(".cpp") {
-        args.push("--driver-mode=g++");
-    }
-    args.extend([
-        "-fopenmp",
-        "-fopenmp-targets=x86_64-pc-linux-gnu",
-        "-O1",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    let l = format!("-L{}", lib.display());
-    let rpath = format!("-Wl,-rpath,{}", lib.display());
-    args.extend([l.as_str(), rpath.as_str()]);
-    args.extend(extra);
-    clang(&args);
+    omp_program(&repo_root().join("tests/omp").join(file), &out, lib, extra);
     out
 }
 

@@ -454,18 +454,24 @@ impl Client {
     }
 
     /// Ends every other rank of the job ([`shutdown`]), the failed ones too (a proxy that
-    /// stopped answering may be alive, and waits for its end like the others).
-    pub fn shutdown_all(&self) {
+    /// stopped answering may be alive, and waits for its end like the others), then runs
+    /// `then` (MPI_Finalize, when `then` is given true: no rank failed) still under the
+    /// client's lock: no thread of the program makes an MPI call meanwhile, nor after.
+    pub fn shutdown_all_then(&self, then: impl FnOnce(bool)) {
         let link = lock(&self.link);
         let me = link.world.rank();
         let others: Vec<i32> = (0..link.world.size()).filter(|r| *r != me).collect();
-        shutdown(&link.world, &others);
+        let finalize = link.failed.is_empty();
+        shutdown(&link.world, &others, finalize);
+        then(finalize);
+        // The lock is never given back: MPI is over for this process.
+        std::mem::forget(link);
     }
 
     /// Ends proxy `rank` ([`shutdown`]).
     pub fn shutdown(&self, rank: i32) {
         let link = lock(&self.link);
-        shutdown(&link.world, &[rank]);
+        shutdown(&link.world, &[rank], true);
     }
 }
 
@@ -498,16 +504,20 @@ fn hello_devices(rank: i32, bytes: &[u8]) -> Result<Vec<RemoteDevice>> {
     }
 }
 
-/// Ends the proxies `ranks` of `world`: an empty [`TAG_SHUTDOWN`] message to each, each send
-/// given a second to complete (a proxy that is gone is not waited for longer).
-pub fn shutdown(world: &SimpleCommunicator, ranks: &[i32]) {
+/// Ends the proxies `ranks` of `world`: a [`TAG_SHUTDOWN`] message to each, each send given a
+/// second to complete (a proxy that is gone is not waited for longer). Empty: the proxy
+/// finalises MPI and ends; one byte (`finalize` false): it ends without finalising, because a
+/// rank of the job died and MPI_Finalize would wait for it (Open MPI's does, under
+/// `--enable-recovery`).
+pub fn shutdown(world: &SimpleCommunicator, ranks: &[i32], finalize: bool) {
     static EMPTY: [u8; 0] = [];
+    static NO_FINALIZE: [u8; 1] = [0];
+    let message: &'static [u8] = if finalize { &EMPTY } else { &NO_FINALIZE };
     for &rank in ranks {
-        let mut pending = world.process_at_rank(rank).immediate_send_with_tag(
-            StaticScope,
-            &EMPTY[..],
-            TAG_SHUTDOWN,
-        );
+        let mut pending =
+            world
+                .process_at_rank(rank)
+                .immediate_send_with_tag(StaticScope, message, TAG_SHUTDOWN);
         let deadline = Instant::now() + Duration::from_secs(1);
         let mut backoff = Backoff::default();
         loop {

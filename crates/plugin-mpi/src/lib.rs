@@ -180,16 +180,24 @@ extern "C" fn at_exit() {
         if mpi::environment::is_finalized() {
             return;
         }
+        // With a rank of the job dead, MPI_Finalize would wait for it (Open MPI's does under
+        // --enable-recovery): then this process ends without finalising, and so do the
+        // proxies.
+        let finalize = |finalize: bool| match lock(&UNIVERSE).take() {
+            Some(universe) if finalize => drop(universe),
+            Some(universe) => std::mem::forget(universe),
+            None => {}
+        };
         match JOB.get() {
             // Under the client's lock: a thread of the program may still be in a call.
-            Some(job) => job.client.shutdown_all(),
+            Some(job) => job.client.shutdown_all_then(finalize),
             None => {
                 let world = SimpleCommunicator::world();
                 let others: Vec<i32> = (1..world.size()).collect();
-                offload_mpi::client::shutdown(&world, &others);
+                offload_mpi::client::shutdown(&world, &others, true);
+                finalize(true);
             }
         }
-        drop(lock(&UNIVERSE).take());
     });
 }
 
@@ -353,7 +361,12 @@ impl MpiDevice {
 
     fn done(&self, request: Request) -> Result<()> {
         let what = request.name();
-        match self.call(request)? {
+        self.expect_done(what, self.client.request(self.rank, &request))
+    }
+
+    /// An answer that must be [`Reply::Done`], its error named by this device.
+    fn expect_done(&self, what: &str, answer: Result<Reply>) -> Result<()> {
+        match answer.map_err(|e| e.context(&self.address))? {
             Reply::Done => Ok(()),
             other => Err(self.unexpected(what, &other)),
         }
@@ -532,14 +545,8 @@ impl GenericDevice for MpiDevice {
                 len: len as u64,
                 chunk: offload_mpi::wire::chunk_for(len) as u64,
             };
-            return match self
-                .client
-                .write_stream(self.rank, &request, data)
-                .map_err(|e| e.context(&self.address))?
-            {
-                Reply::Done => Ok(()),
-                other => Err(self.unexpected("copy to the device", &other)),
-            };
+            let answer = self.client.write_stream(self.rank, &request, data);
+            return self.expect_done(request.name(), answer);
         }
         let data: &[u8] = if len == 0 {
             &[]
@@ -595,14 +602,8 @@ impl GenericDevice for MpiDevice {
                 len: len as u64,
                 chunk: offload_mpi::wire::chunk_for(len) as u64,
             };
-            return match self
-                .client
-                .read_stream(self.rank, &request, out)
-                .map_err(|e| e.context(&self.address))?
-            {
-                Reply::Done => Ok(()),
-                other => Err(self.unexpected("copy from the device", &other)),
-            };
+            let answer = self.client.read_stream(self.rank, &request, out);
+            return self.expect_done(request.name(), answer);
         }
         let Some(q) = queue else {
             let request = Request::Read {

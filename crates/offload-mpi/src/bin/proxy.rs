@@ -106,6 +106,8 @@ fn main() {
         };
         match tag {
             TAG_REQUEST => {}
+            // One byte: a rank of the job died, and MPI_Finalize would wait for it.
+            TAG_SHUTDOWN if !bytes.is_empty() => std::process::exit(0),
             TAG_SHUTDOWN => break,
             TAG_ECHO_GET => {
                 let n = bytes
@@ -145,6 +147,10 @@ fn main() {
             drop(wait_bounded(sending, timeout));
         }
     }
+    // MPI ends with no heartbeat in flight (MPI_Finalize is an MPI call like the others).
+    let _mpi = lock(&MPI);
+    STOPPED.store(true, Ordering::Release);
+    drop(universe);
 }
 
 /// Serialises this process's MPI calls between the serving thread and the heartbeat
@@ -152,21 +158,28 @@ fn main() {
 static MPI: Mutex<()> = Mutex::new(());
 /// Whether the serving thread is serving a request now.
 static BUSY: AtomicBool = AtomicBool::new(false);
+/// Set, under [`MPI`], when MPI is being finalised: the heartbeat makes no more calls.
+static STOPPED: AtomicBool = AtomicBool::new(false);
 
 /// Every [`HEARTBEAT`] while a request is being served: an empty [`TAG_ALIVE`] message to
 /// rank 0, so that its waits count from the last sign of life, not from the request (a long
 /// kernel is not a dead proxy). Skipped while the serving thread is in an MPI call.
 fn heartbeat() {
-    let world = SimpleCommunicator::world();
-    let program = world.process_at_rank(0);
     loop {
         std::thread::sleep(HEARTBEAT);
         if !BUSY.load(Ordering::Acquire) {
             continue;
         }
         if let Ok(_mpi) = MPI.try_lock() {
+            // Every MPI call here is under the lock, after the check (this thread may start
+            // late, when MPI is already finalised).
+            if STOPPED.load(Ordering::Acquire) {
+                return;
+            }
             // Empty: sent eagerly, complete at once.
-            program.send_with_tag(&[0u8; 0][..], TAG_ALIVE);
+            SimpleCommunicator::world()
+                .process_at_rank(0)
+                .send_with_tag(&[0u8; 0][..], TAG_ALIVE);
         }
     }
 }
