@@ -41,6 +41,35 @@ struct Link {
     kept: HashMap<(i32, u64), Reply>,
     heard: HashMap<i32, Instant>,
     failed: HashMap<i32, Error>,
+    /// MPI has ended for this process (its exit): no more calls.
+    closed: bool,
+}
+
+impl Link {
+    /// An error once MPI has ended for this process.
+    fn open(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::DeviceFailure(
+                "MPI has ended for this process (the program is exiting): no remote device takes \
+                 work any more"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the heartbeats `rank` sent (they are not to pile up in MPI's queue), noting when
+    /// it was heard from.
+    fn drain_alive(&mut self, rank: i32) {
+        while let Some(p) = self
+            .world
+            .process_at_rank(rank)
+            .immediate_matched_probe_with_tag(TAG_ALIVE)
+        {
+            drop(p.matched_receive_vec::<u8>());
+            self.heard.insert(rank, Instant::now());
+        }
+    }
 }
 
 /// One wait for a proxy: it fails once the proxy has said nothing (no reply, no chunk, no
@@ -56,18 +85,27 @@ struct Watch {
 unsafe impl Send for Link {}
 
 /// How a wait polls: a tight spin first (an answer usually comes within microseconds, and a
-/// yield is a system call), then yielding the core to others.
+/// yield is a system call), then yielding the core to others, and after 5 ms short sleeps (a
+/// long wait, an idle proxy, must not take a core from the node's host devices).
 #[derive(Debug, Default)]
-pub struct Backoff(u32);
+pub struct Backoff {
+    spins: u32,
+    yielding_since: Option<Instant>,
+}
 
 impl Backoff {
     /// One pause between two polls.
     pub fn pause(&mut self) {
-        if self.0 < 2_000 {
-            self.0 += 1;
+        if self.spins < 2_000 {
+            self.spins += 1;
             std::hint::spin_loop();
-        } else {
+            return;
+        }
+        let since = *self.yielding_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < Duration::from_millis(5) {
             std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 }
@@ -142,6 +180,7 @@ impl Client {
                 kept: HashMap::new(),
                 heard: HashMap::new(),
                 failed: HashMap::new(),
+                closed: false,
             }),
             streams: proxies.iter().map(|p| (p.rank, Mutex::new(()))).collect(),
             proxies,
@@ -158,7 +197,9 @@ impl Client {
     /// An error if proxy `rank` failed (it stopped answering): every later request to it fails
     /// at once, naming why.
     pub fn check_rank(&self, rank: i32) -> Result<()> {
-        match lock(&self.link).failed.get(&rank) {
+        let link = lock(&self.link);
+        link.open()?;
+        match link.failed.get(&rank) {
             Some(e) => Err(Error::DeviceFailure(format!(
                 "proxy rank {rank} failed earlier and takes no more work: {}",
                 e.message()
@@ -187,14 +228,10 @@ impl Client {
     /// names it and `what` it did not answer.
     fn expired(&self, w: &mut Watch, what: &str) -> Option<Error> {
         let mut link = lock(&self.link);
-        while let Some(p) = link
-            .world
-            .process_at_rank(w.rank)
-            .immediate_matched_probe_with_tag(TAG_ALIVE)
-        {
-            drop(p.matched_receive_vec::<u8>());
-            link.heard.insert(w.rank, Instant::now());
+        if let Err(e) = link.open() {
+            return Some(e);
         }
+        link.drain_alive(w.rank);
         let last = link
             .heard
             .get(&w.rank)
@@ -283,6 +320,7 @@ impl Client {
                 };
                 buf[..n].copy_from_slice(&data[at as usize..at as usize + n]);
                 let link = lock(&self.link);
+                link.open()?;
                 ring.push_back(Sending::start(
                     &link.world.process_at_rank(rank),
                     buf,
@@ -309,8 +347,14 @@ impl Client {
         let mut backoff = Backoff::default();
         loop {
             let tested = {
-                let _link = lock(&self.link);
-                pending.test()
+                let mut link = lock(&self.link);
+                link.open()?;
+                let tested = pending.test();
+                if tested.is_ok() {
+                    // The proxy took it: a sign of life.
+                    link.heard.insert(rank, Instant::now());
+                }
+                tested
             };
             match tested {
                 Ok(buf) => return Ok(buf),
@@ -339,6 +383,7 @@ impl Client {
         let mut backoff = Backoff::default();
         loop {
             let mut link = lock(&self.link);
+            link.open()?;
             let probed = link
                 .world
                 .process_at_rank(rank)
@@ -399,6 +444,7 @@ impl Client {
         // A small message completes at once (MPI copies it out): tested under the same lock.
         let sent = {
             let link = lock(&self.link);
+            link.open()?;
             Sending::start(
                 &link.world.process_at_rank(rank),
                 message.into_boxed_slice(),
@@ -427,6 +473,7 @@ impl Client {
                 {
                     return Ok(r);
                 }
+                link.open()?;
                 let probed = link
                     .world
                     .process_at_rank(rank)
@@ -434,6 +481,7 @@ impl Client {
                 if let Some(probed) = probed {
                     let bytes = probed.matched_receive_vec::<u8>().0;
                     link.heard.insert(rank, Instant::now());
+                    link.drain_alive(rank);
                     let (got, reply) = Reply::decode(&bytes).map_err(|e| {
                         e.context(format!("a reply of proxy rank {rank} (waiting for {what})"))
                     })?;
@@ -458,20 +506,25 @@ impl Client {
     /// `then` (MPI_Finalize, when `then` is given true: no rank failed) still under the
     /// client's lock: no thread of the program makes an MPI call meanwhile, nor after.
     pub fn shutdown_all_then(&self, then: impl FnOnce(bool)) {
-        let link = lock(&self.link);
+        let mut link = lock(&self.link);
+        if link.closed {
+            return;
+        }
         let me = link.world.rank();
         let others: Vec<i32> = (0..link.world.size()).filter(|r| *r != me).collect();
         let finalize = link.failed.is_empty();
         shutdown(&link.world, &others, finalize);
         then(finalize);
-        // The lock is never given back: MPI is over for this process.
-        std::mem::forget(link);
+        // MPI is over for this process: every later call fails, naming why.
+        link.closed = true;
     }
 
     /// Ends proxy `rank` ([`shutdown`]).
     pub fn shutdown(&self, rank: i32) {
         let link = lock(&self.link);
-        shutdown(&link.world, &[rank], true);
+        if link.open().is_ok() {
+            shutdown(&link.world, &[rank], true);
+        }
     }
 }
 
@@ -535,10 +588,11 @@ pub fn shutdown(world: &SimpleCommunicator, ranks: &[i32], finalize: bool) {
 }
 
 /// A message being sent from a buffer of its own: the box is given to MPI until the send
-/// completes, then taken back (to reuse) once; a send abandoned keeps its box for good.
+/// completes, then taken back (to reuse) once. A send abandoned, or dropped before it
+/// completed (an error on the way), is left to MPI with its box for good.
 pub struct Sending {
     raw: *mut [u8],
-    request: mpi::request::Request<'static, [u8], StaticScope>,
+    request: Option<mpi::request::Request<'static, [u8], StaticScope>>,
 }
 
 impl std::fmt::Debug for Sending {
@@ -556,32 +610,40 @@ impl Sending {
         tag: mpi::Tag,
     ) -> Sending {
         let raw = Box::into_raw(buf);
-        // SAFETY: `raw` is a live box, taken back only when the send has completed (`test`,
-        // `wait`) or never (`abandon`).
+        // SAFETY: `raw` is a live box, taken back only when the send has completed (`test`)
+        // or never (`abandon`, `drop`).
         let bytes: &'static [u8] = unsafe { &(&*raw)[..n] };
         let request = to.immediate_send_with_tag(StaticScope, bytes, tag);
-        Sending { raw, request }
-    }
-
-    /// The buffer, if the send has completed.
-    pub fn test(self) -> std::result::Result<Box<[u8]>, Sending> {
-        let raw = self.raw;
-        match self.request.test() {
-            // SAFETY: the send completed, so MPI reads the box no more; taken back once.
-            Ok(_) => Ok(unsafe { Box::from_raw(raw) }),
-            Err(request) => Err(Sending { raw, request }),
+        Sending {
+            raw,
+            request: Some(request),
         }
     }
 
-    /// Waits for the send; the buffer.
-    pub fn wait(self) -> Box<[u8]> {
-        self.request.wait();
-        // SAFETY: as in `test`.
-        unsafe { Box::from_raw(self.raw) }
+    /// The buffer, if the send has completed.
+    pub fn test(mut self) -> std::result::Result<Box<[u8]>, Sending> {
+        let request = self.request.take().expect("a live send");
+        match request.test() {
+            // SAFETY: the send completed, so MPI reads the box no more; taken back once (the
+            // request is gone, so `drop` leaves the box alone).
+            Ok(_) => Ok(unsafe { Box::from_raw(self.raw) }),
+            Err(request) => {
+                self.request = Some(request);
+                Err(self)
+            }
+        }
     }
 
     /// Leaves the send to MPI, and its buffer with it, for good.
-    pub fn abandon(self) {
-        std::mem::forget(self.request);
+    pub fn abandon(self) {}
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        // Not completed: MPI may still read the box, so both stay (rsmpi's request panics if
+        // dropped unfinished).
+        if let Some(request) = self.request.take() {
+            std::mem::forget(request);
+        }
     }
 }

@@ -52,6 +52,9 @@ struct Pending {
     held_base: u64,
     /// Queued reads: the request's id and the bytes the device writes.
     reads: Vec<(u64, Vec<u8>)>,
+    /// Buffers of reads already answered (failed) that the device may still write: kept until
+    /// the queue's synchronisation.
+    retired: Vec<Vec<u8>>,
     /// The first error met enqueueing work.
     error: Option<Error>,
 }
@@ -167,11 +170,15 @@ impl Server {
 
     /// Sends back the bytes of the reads `ids` queued on `key` (those still pending), or
     /// their failure.
+    /// `drained`: the queue has run everything before (its synchronisation returned): a failed
+    /// read's buffer can go. Else (an event's synchronisation failed) the device may still
+    /// write it, and it is kept until the queue's synchronisation.
     fn flush_reads(
         &mut self,
         key: (u32, u64),
         ids: Option<&[u64]>,
         outcome: &Result<()>,
+        drained: bool,
         replies: &mut Vec<Vec<u8>>,
     ) {
         let Some(p) = self.queues.get_mut(&key) else {
@@ -186,7 +193,11 @@ impl Server {
                 Ok(()) => Reply::Bytes { bytes }.encode(id),
                 Err(e) => {
                     let reply = Reply::failed(e).encode(id);
-                    keep_if_unsettled(e, bytes);
+                    if drained {
+                        keep_if_unsettled(e, bytes);
+                    } else {
+                        p.retired.push(bytes);
+                    }
                     reply
                 }
             });
@@ -199,9 +210,13 @@ impl Server {
         let first = p.error.take();
         let held = std::mem::take(&mut p.held);
         p.held_base += held.len() as u64;
+        let retired = std::mem::take(&mut p.retired);
         match &synced {
-            Err(e) => held.into_iter().for_each(|b| keep_if_unsettled(e, b)),
-            Ok(()) => drop(held),
+            Err(e) => held
+                .into_iter()
+                .chain(retired)
+                .for_each(|b| keep_if_unsettled(e, b)),
+            Ok(()) => drop((held, retired)),
         }
         match first {
             Some(e) => Err(e),
@@ -390,7 +405,7 @@ impl Server {
                     d.queue_synchronize(QueueHandle(queue))
                 };
                 let key = (device, queue);
-                self.flush_reads(key, None, &synced, replies);
+                self.flush_reads(key, None, &synced, true, replies);
                 let outcome = self.settle(key, synced);
                 if destroy {
                     self.queues.remove(&key);
@@ -614,7 +629,14 @@ impl Server {
             Some(e) => Err(e),
             None => outcome.clone(),
         };
-        self.flush_reads((device, mark.queue), Some(&mark.reads), &outcome, replies);
+        let drained = outcome.is_ok();
+        self.flush_reads(
+            (device, mark.queue),
+            Some(&mark.reads),
+            &outcome,
+            drained,
+            replies,
+        );
         // The queue has run the copies before the event: their bytes can go.
         if outcome.is_ok()
             && let Some(p) = self.queues.get_mut(&(device, mark.queue))

@@ -91,15 +91,17 @@ fn main() {
         if tag == TAG_ECHO_PUT {
             // Plain MPI, the benchmark's reference: the bytes into memory reused, an empty
             // answer.
+            let _mpi = lock(&MPI);
             let n = probed.1.count(u8::equivalent_datatype()) as usize;
             if echo.len() < n {
                 echo.resize(n, 0);
             }
-            let _mpi = lock(&MPI);
             probed.0.matched_receive_into(&mut echo[..n]);
             client.send_with_tag(&[0u8; 0][..], TAG_ECHO_PUT);
             continue;
         }
+        // Busy from here (a large request's receive included) until its replies are out.
+        BUSY.store(true, Ordering::Release);
         let (bytes, _) = {
             let _mpi = lock(&MPI);
             probed.matched_receive_vec::<u8>()
@@ -107,7 +109,11 @@ fn main() {
         match tag {
             TAG_REQUEST => {}
             // One byte: a rank of the job died, and MPI_Finalize would wait for it.
-            TAG_SHUTDOWN if !bytes.is_empty() => std::process::exit(0),
+            TAG_SHUTDOWN if !bytes.is_empty() => {
+                let _mpi = lock(&MPI);
+                STOPPED.store(true, Ordering::Release);
+                std::process::exit(0)
+            }
             TAG_SHUTDOWN => break,
             TAG_ECHO_GET => {
                 let n = bytes
@@ -119,10 +125,14 @@ fn main() {
                 }
                 let _mpi = lock(&MPI);
                 client.send_with_tag(&echo[..n], TAG_ECHO_GET);
+                BUSY.store(false, Ordering::Release);
                 continue;
             }
             // Nothing else is sent to a proxy: a stray message is dropped.
-            _ => continue,
+            _ => {
+                BUSY.store(false, Ordering::Release);
+                continue;
+            }
         }
         if let Some(what) = &kill_at
             && Request::decode(&bytes).is_ok_and(|(_, r)| r.name() == what)
@@ -134,9 +144,7 @@ fn main() {
             client: &client,
             timeout,
         };
-        BUSY.store(true, Ordering::Release);
         let replies = server.answer(&bytes, &mut data);
-        BUSY.store(false, Ordering::Release);
         for reply in replies {
             let n = reply.len();
             let sending = {
@@ -146,6 +154,7 @@ fn main() {
             // A reply nobody takes (the program gave up waiting) is left to MPI.
             drop(wait_bounded(sending, timeout));
         }
+        BUSY.store(false, Ordering::Release);
     }
     // MPI ends with no heartbeat in flight (MPI_Finalize is an MPI call like the others).
     let _mpi = lock(&MPI);
@@ -170,11 +179,17 @@ fn heartbeat() {
         if !BUSY.load(Ordering::Acquire) {
             continue;
         }
-        if let Ok(_mpi) = MPI.try_lock() {
-            // Every MPI call here is under the lock, after the check (this thread may start
-            // late, when MPI is already finalised).
+        {
+            // Waits for the serving thread's call in progress (each is short: a probe, one
+            // chunk's receive), so a long stream is no silence. Every MPI call here is under
+            // the lock, after the checks (this thread may start late, when MPI is already
+            // finalised; the request may have been served meanwhile).
+            let _mpi = lock(&MPI);
             if STOPPED.load(Ordering::Acquire) {
                 return;
+            }
+            if !BUSY.load(Ordering::Acquire) {
+                continue;
             }
             // Empty: sent eagerly, complete at once.
             SimpleCommunicator::world()
