@@ -208,11 +208,6 @@ impl Client {
         }
     }
 
-    /// The ranks that failed.
-    pub fn failed_ranks(&self) -> Vec<i32> {
-        lock(&self.link).failed.keys().copied().collect()
-    }
-
     fn watch(&self, rank: i32) -> Result<Watch> {
         self.check_rank(rank)?;
         let now = Instant::now();
@@ -250,11 +245,6 @@ impl Client {
         // Replies it may still send are for requests nobody waits for any more.
         link.kept.retain(|(r, _), _| *r != w.rank);
         Some(e)
-    }
-
-    /// How long any one wait may take.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 
     /// Sends `request` to proxy `rank` and, if the proxy answers it ([`Request::answered`]),
@@ -563,27 +553,16 @@ fn hello_devices(rank: i32, bytes: &[u8]) -> Result<Vec<RemoteDevice>> {
 /// rank of the job died and MPI_Finalize would wait for it (Open MPI's does, under
 /// `--enable-recovery`).
 pub fn shutdown(world: &SimpleCommunicator, ranks: &[i32], finalize: bool) {
-    static EMPTY: [u8; 0] = [];
-    static NO_FINALIZE: [u8; 1] = [0];
-    let message: &'static [u8] = if finalize { &EMPTY } else { &NO_FINALIZE };
+    let message: &[u8] = if finalize { &[] } else { &[0] };
     for &rank in ranks {
-        let mut pending =
-            world
-                .process_at_rank(rank)
-                .immediate_send_with_tag(StaticScope, message, TAG_SHUTDOWN);
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let mut backoff = Backoff::default();
-        loop {
-            match pending.test() {
-                Ok(_) => break,
-                Err(again) => pending = again,
-            }
-            if Instant::now() > deadline {
-                std::mem::forget(pending);
-                break;
-            }
-            backoff.pause();
-        }
+        let sending = Sending::start(
+            &world.process_at_rank(rank),
+            message.into(),
+            message.len(),
+            TAG_SHUTDOWN,
+        );
+        // The caller holds the client's lock (or is the only thread making MPI calls).
+        sending.within(Duration::from_secs(1), || ());
     }
 }
 
@@ -631,6 +610,28 @@ impl Sending {
                 self.request = Some(request);
                 Err(self)
             }
+        }
+    }
+
+    /// Waits for the send at most `timeout`, taking `guard` (the process's MPI lock) around
+    /// each test; the buffer, or `None` when the send was left to MPI ([`Sending::abandon`]).
+    pub fn within<G>(mut self, timeout: Duration, guard: impl Fn() -> G) -> Option<Box<[u8]>> {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Backoff::default();
+        loop {
+            let tested = {
+                let _held = guard();
+                self.test()
+            };
+            match tested {
+                Ok(buf) => return Some(buf),
+                Err(again) => self = again,
+            }
+            if Instant::now() > deadline {
+                self.abandon();
+                return None;
+            }
+            backoff.pause();
         }
     }
 

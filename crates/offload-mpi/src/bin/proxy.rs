@@ -199,25 +199,10 @@ fn heartbeat() {
     }
 }
 
-/// Waits for a send at most `timeout`; the buffer, or `None` when the send was left to MPI.
-fn wait_bounded(mut sending: Sending, timeout: Duration) -> Option<Box<[u8]>> {
-    let deadline = Instant::now() + timeout;
-    let mut backoff = Backoff::default();
-    loop {
-        let tested = {
-            let _mpi = lock(&MPI);
-            sending.test()
-        };
-        match tested {
-            Ok(buf) => return Some(buf),
-            Err(again) => sending = again,
-        }
-        if Instant::now() > deadline {
-            sending.abandon();
-            return None;
-        }
-        backoff.pause();
-    }
+/// Waits for a send at most `timeout` under the process's MPI lock; the buffer, or `None`
+/// when the send was left to MPI.
+fn wait_bounded(sending: Sending, timeout: Duration) -> Option<Box<[u8]>> {
+    sending.within(timeout, || lock(&MPI))
 }
 
 /// Debug builds (the test suite's) take `OFFLOAD_MPI_PROXY_KILL_AT=<rank>:<request>`: proxy
