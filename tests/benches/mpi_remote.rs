@@ -14,7 +14,8 @@
 //! Each figure is timed in rounds, ours and MPI's alternating within a round (both see the same
 //! machine); printed: the median over the rounds of the ratio ours/MPI (bandwidth: ours over
 //! MPI's, higher is better; round trip: ours over MPI's time, lower is better) and its range.
-//! Needs Open MPI's mpirun (scripts/setup.sh installs it).
+//! Needs Open MPI's mpirun (scripts/setup.sh installs it). `MPI_REMOTE_ONLY=copies` or
+//! `MPI_REMOTE_ONLY=launch` runs one of the two parts (to profile it).
 
 use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -104,7 +105,8 @@ fn bench(empty: &str) {
         "{:>9}  {:>10} {:>10} {:>22}  {:>10} {:>10} {:>22}",
         "bytes", "to GB/s", "MPI GB/s", "to: ours/MPI", "from GB/s", "MPI GB/s", "from: ours/MPI"
     );
-    for n in SIZES {
+    let only = std::env::var("MPI_REMOTE_ONLY").unwrap_or_default();
+    for n in SIZES.into_iter().filter(|_| only != "launch") {
         let reps = ((1usize << 30) / n).clamp(4, 2000);
         let (mut to, mut from) = (Vec::new(), Vec::new());
         let (mut ours_to, mut mpi_to, mut ours_from, mut mpi_from) =
@@ -144,6 +146,9 @@ fn bench(empty: &str) {
             summary(mpi_from).0,
             format!("{f:.2} [{f0:.2}..{f1:.2}]"),
         );
+    }
+    if only == "copies" {
+        return;
     }
     // Round trips: an empty kernel's synchronous launch against a 64-byte ping-pong.
     let image = std::fs::read(empty).unwrap();

@@ -113,11 +113,42 @@ impl Backoff {
 /// Chunks of a write stream in flight at once.
 const IN_FLIGHT: usize = 4;
 
+/// The buffers of a rank's streams, kept from one stream to the next: a fresh buffer of a
+/// megabyte costs its page faults (glibc maps it anew, and unmaps it when freed), more than the
+/// copy into it. A buffer left with MPI (a send abandoned) never comes back.
+#[derive(Debug, Default)]
+pub struct ChunkPool {
+    free: Vec<Box<[u8]>>,
+}
+
+impl ChunkPool {
+    /// A buffer of at least `n` bytes: a kept one, or a new one of `n`.
+    pub fn take(&mut self, n: usize) -> Box<[u8]> {
+        match self.free.iter().position(|b| b.len() >= n) {
+            Some(i) => self.free.swap_remove(i),
+            None => vec![0u8; n].into_boxed_slice(),
+        }
+    }
+
+    /// Keeps `buf` for a later stream (at most [`ChunkPool::KEPT`] buffers, the largest).
+    pub fn give(&mut self, buf: Box<[u8]>) {
+        self.free.push(buf);
+        if self.free.len() > Self::KEPT {
+            self.free.sort_by_key(|b| std::cmp::Reverse(b.len()));
+            self.free.truncate(Self::KEPT);
+        }
+    }
+
+    /// Buffers kept: one more than a stream has in flight.
+    pub const KEPT: usize = IN_FLIGHT + 1;
+}
+
 /// The proxies of the job, seen from the program's rank.
 pub struct Client {
     link: Mutex<Link>,
-    /// One stream at a time per proxy (its chunks follow its request in order).
-    streams: Vec<(i32, Mutex<()>)>,
+    /// One stream at a time per proxy (its chunks follow its request in order), and the
+    /// buffers its streams reuse.
+    streams: Vec<(i32, Mutex<ChunkPool>)>,
     proxies: Vec<Proxy>,
     timeout: Duration,
     next_id: AtomicU64,
@@ -182,7 +213,10 @@ impl Client {
                 failed: HashMap::new(),
                 closed: false,
             }),
-            streams: proxies.iter().map(|p| (p.rank, Mutex::new(()))).collect(),
+            streams: proxies
+                .iter()
+                .map(|p| (p.rank, Mutex::new(ChunkPool::default())))
+                .collect(),
             proxies,
             timeout,
             next_id: AtomicU64::new(1),
@@ -293,21 +327,17 @@ impl Client {
                 data.len()
             )));
         }
-        let _one = lock(self.stream_lock(rank)?);
+        let mut pool = lock(self.stream_lock(rank)?);
         let id = self.post(rank, request)?;
         let what = request.name();
         let mut ring = std::collections::VecDeque::new();
-        let mut spare: Vec<Box<[u8]>> = Vec::new();
         let mut sent = || -> Result<()> {
             for (at, n) in crate::wire::chunks(len, chunk) {
                 if ring.len() == IN_FLIGHT {
                     let oldest = ring.pop_front().expect("in flight");
-                    spare.push(self.complete(rank, what, oldest)?);
+                    pool.give(self.complete(rank, what, oldest)?);
                 }
-                let mut buf = match spare.pop() {
-                    Some(b) => b,
-                    None => vec![0u8; chunk as usize].into_boxed_slice(),
-                };
+                let mut buf = pool.take(chunk as usize);
                 buf[..n].copy_from_slice(&data[at as usize..at as usize + n]);
                 let link = lock(&self.link);
                 link.open()?;
@@ -319,7 +349,7 @@ impl Client {
                 ));
             }
             while let Some(oldest) = ring.pop_front() {
-                self.complete(rank, what, oldest)?;
+                pool.give(self.complete(rank, what, oldest)?);
             }
             Ok(())
         };
@@ -418,7 +448,7 @@ impl Client {
         Ok(reply)
     }
 
-    fn stream_lock(&self, rank: i32) -> Result<&Mutex<()>> {
+    fn stream_lock(&self, rank: i32) -> Result<&Mutex<ChunkPool>> {
         self.streams
             .iter()
             .find(|(r, _)| *r == rank)
@@ -646,5 +676,35 @@ impl Drop for Sending {
         if let Some(request) = self.request.take() {
             std::mem::forget(request);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkPool;
+
+    #[test]
+    fn a_chunk_pool_reuses_buffers_large_enough_and_keeps_the_largest() {
+        let mut pool = ChunkPool::default();
+        let a = pool.take(100);
+        assert_eq!(a.len(), 100);
+        let at = a.as_ptr();
+        pool.give(a);
+        // A smaller request reuses the kept buffer; a larger one gets a new buffer.
+        let b = pool.take(60);
+        assert_eq!((b.as_ptr(), b.len()), (at, 100));
+        let c = pool.take(200);
+        assert_eq!(c.len(), 200);
+        pool.give(b);
+        pool.give(c);
+        for n in 1..=ChunkPool::KEPT {
+            pool.give(vec![0u8; n].into_boxed_slice());
+        }
+        assert_eq!(pool.free.len(), ChunkPool::KEPT);
+        let mut kept: Vec<usize> = pool.free.iter().map(|b| b.len()).collect();
+        kept.sort_unstable();
+        let mut want: Vec<usize> = (3..=ChunkPool::KEPT).chain([100, 200]).collect();
+        want.sort_unstable();
+        assert_eq!(kept, want, "the largest buffers stay");
     }
 }

@@ -6,7 +6,7 @@ use mpi::datatype::Equivalence;
 use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::{Communicator, Process, SimpleCommunicator};
 use offload_core::sync::lock;
-use offload_mpi::client::{Backoff, Sending};
+use offload_mpi::client::{Backoff, ChunkPool, Sending};
 use offload_mpi::serve::{Data, Served, Server};
 use offload_mpi::wire::{Reply, Request};
 use offload_mpi::{
@@ -76,6 +76,7 @@ fn main() {
     client.send_with_tag(&hello[..], TAG_HELLO);
     std::thread::spawn(heartbeat);
     let mut echo: Vec<u8> = Vec::new();
+    let mut pool = ChunkPool::default();
     let mut backoff = Backoff::default();
     loop {
         let probed = {
@@ -143,6 +144,7 @@ fn main() {
         let mut data = MpiData {
             client: &client,
             timeout,
+            pool: &mut pool,
         };
         let replies = server.answer(&bytes, &mut data);
         for reply in replies {
@@ -271,6 +273,8 @@ fn load_openmp_runtime() -> Result<(), String> {
 struct MpiData<'a> {
     client: &'a Process<'a>,
     timeout: Duration,
+    /// The read streams' buffers, kept from one stream to the next.
+    pool: &'a mut ChunkPool,
 }
 
 /// Chunks of a read stream in flight at once.
@@ -313,7 +317,6 @@ impl Data for MpiData<'_> {
         // Each chunk goes from a buffer of its own, given to MPI until its send completes, then
         // refilled (`Sending`).
         let mut ring: std::collections::VecDeque<Sending> = Default::default();
-        let mut spare: Vec<Box<[u8]>> = Vec::new();
         let start = |buf: Box<[u8]>, n: usize| {
             let _mpi = lock(&MPI);
             Sending::start(self.client, buf, n, TAG_DATA)
@@ -322,7 +325,7 @@ impl Data for MpiData<'_> {
             if ring.len() == IN_FLIGHT {
                 let oldest = ring.pop_front().expect("in flight");
                 match wait_bounded(oldest, self.timeout) {
-                    Some(b) => spare.push(b),
+                    Some(b) => self.pool.give(b),
                     // The program takes no more: the rest is not sent.
                     None => {
                         ring.into_iter().for_each(Sending::abandon);
@@ -330,10 +333,7 @@ impl Data for MpiData<'_> {
                     }
                 }
             }
-            let mut buf = match spare.pop() {
-                Some(b) if b.len() >= n => b,
-                _ => vec![0u8; n].into_boxed_slice(),
-            };
+            let mut buf = self.pool.take(n);
             let failed = fill(at, &mut buf[..n]).is_err();
             ring.push_back(start(buf, n));
             if failed {
@@ -342,9 +342,13 @@ impl Data for MpiData<'_> {
         }
         ring.push_back(start(Box::new([]), 0));
         while let Some(s) = ring.pop_front() {
-            if wait_bounded(s, self.timeout).is_none() {
-                ring.into_iter().for_each(Sending::abandon);
-                return;
+            match wait_bounded(s, self.timeout) {
+                Some(b) if !b.is_empty() => self.pool.give(b),
+                Some(_) => {}
+                None => {
+                    ring.into_iter().for_each(Sending::abandon);
+                    return;
+                }
             }
         }
     }
