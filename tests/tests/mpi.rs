@@ -119,11 +119,43 @@ fn a_job_copies_to_each_proxy_byte_for_byte_and_proxies_refuse_bad_requests() {
         }
         for line in [
             format!("mpi-check: rank {rank} reports queued work's error at sync"),
+            format!("mpi-check: rank {rank} refuses a write stream past an allocation"),
+            format!("mpi-check: rank {rank} refuses a read stream past an allocation"),
+            format!(
+                "mpi-check: rank {rank} streams of 1048581 bytes there and back, refused past \
+                 the end: ok"
+            ),
             format!("mpi-check: rank {rank} shut down"),
         ] {
             assert!(text.contains(&line), "{line}\n{text}");
         }
     }
+}
+
+#[test]
+fn a_proxy_whose_read_stream_nobody_takes_ends_instead_of_leaving_device_memory_to_mpi() {
+    // The proxy sends a host device's read stream straight from device memory: a chunk the
+    // program never takes may still be read by MPI later, so the proxy ends (and, without
+    // --enable-recovery, the job with it) within the timeout, saying why.
+    let check = bin("offload-mpi-check");
+    let (text, ok) = with_proxies(
+        &[],
+        &[check.to_str().unwrap(), "--stall-read"],
+        1,
+        &[("OFFLOAD_MPI_TIMEOUT", "2")],
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("asked for a read stream; taking none of it"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "the program took no chunk of a read stream in 2s (OFFLOAD_MPI_TIMEOUT); the proxy ends"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("was still in the job"), "{text}");
 }
 
 #[test]

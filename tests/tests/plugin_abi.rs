@@ -316,6 +316,99 @@ fn word_arguments_go_only_to_plugins_that_speak_abi_1_4() {
         e.contains("plugin 'testdev' has no 'event_elapsed' entry (it speaks an older ABI)"),
         "{e}"
     );
+    // Nor host access (ABI 1.6): refused by name, the visit never called.
+    let buf = device.alloc_buffer(16).unwrap();
+    // SAFETY: the visit touches nothing.
+    let e = unsafe {
+        offload::raw::device(&device).host_access(buf.ptr(), 16, &mut |_| {
+            panic!("visited through a 1.3 table")
+        })
+    }
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("plugin 'testdev' has no 'host_access' entry (it speaks an older ABI)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn host_access_visits_device_memory_in_range_and_carries_the_visits_error_and_panic() {
+    let rt = both_runtime();
+    for plugin in ["testdev", "host"] {
+        let device = rt.device(plugin, 0).unwrap();
+        // SAFETY: the calls below keep the raw device's promises (each says how).
+        let raw = unsafe { offload::raw::device(&device) }.clone();
+        let buf = device.alloc_buffer(64).unwrap();
+        buf.write(&[1u8; 64]).unwrap();
+        // A visit of bytes 8..40 writes them; the rest stay as they were.
+        let mut seen = Vec::new();
+        // SAFETY: the visit writes the 32 bytes it is given, and keeps no pointer.
+        unsafe {
+            raw.host_access(buf.ptr().offset(8).unwrap(), 32, &mut |at| {
+                let bytes = std::slice::from_raw_parts_mut(at, 32);
+                seen.extend_from_slice(bytes);
+                for (i, b) in bytes.iter_mut().enumerate() {
+                    *b = i as u8 + 100;
+                }
+                Ok(())
+            })
+        }
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![1u8; 32],
+            "{plugin}: the visit saw the device's bytes"
+        );
+        let mut back = vec![0u8; 64];
+        buf.read(&mut back).unwrap();
+        let want: Vec<u8> = (0..64)
+            .map(|i| {
+                if (8..40).contains(&i) {
+                    i as u8 - 8 + 100
+                } else {
+                    1
+                }
+            })
+            .collect();
+        assert_eq!(back, want, "{plugin}: the visit's writes, and only those");
+        // A range past the allocation, and a null pointer, are refused; the visit is not run.
+        for (ptr, len) in [
+            (buf.ptr().offset(8).unwrap(), 57),
+            (offload::DevicePtr(0), 1),
+        ] {
+            // SAFETY: never visited.
+            let e = unsafe { raw.host_access(ptr, len, &mut |_| panic!("visited")) }.unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{plugin}: {e:?}");
+        }
+        // The visit's error is the call's, and so is its panic (resumed once the plugin
+        // returned).
+        // SAFETY: the visits touch nothing.
+        let e = unsafe {
+            raw.host_access(buf.ptr(), 64, &mut |_| {
+                Err(Error::DeviceFailure("the visit's own error".into()))
+            })
+        }
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device failure: the visit's own error",
+            "{plugin}"
+        );
+        // SAFETY: the visit touches nothing.
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+            raw.host_access(buf.ptr(), 64, &mut |_| panic!("the visit's own panic"))
+        }))
+        .unwrap_err();
+        assert_eq!(
+            panicked.downcast_ref::<&str>(),
+            Some(&"the visit's own panic")
+        );
+        // The device works on after both.
+        buf.write(&[3u8; 64]).unwrap();
+        buf.read(&mut back).unwrap();
+        assert_eq!(back, vec![3u8; 64], "{plugin}");
+    }
 }
 
 #[test]

@@ -183,6 +183,7 @@ pub unsafe fn build_table(plugin: Box<dyn GenericPlugin>) -> &'static PluginTabl
         event_destroy: Some(abi_event_destroy),
         plugin_properties: Some(abi_plugin_properties),
         event_elapsed: Some(abi_event_elapsed),
+        host_access: Some(abi_host_access),
     }))
 }
 
@@ -767,6 +768,34 @@ unsafe extern "C" fn abi_event_elapsed(
                 .device(dev)?
                 .event_elapsed(EventHandle(start), EventHandle(end))?;
             write_out(out, u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        })
+    }
+}
+
+unsafe extern "C" fn abi_host_access(
+    ctx: Ctx,
+    dev: u32,
+    ptr: u64,
+    len: u64,
+    visit: crate::entry::AbiVisit,
+    visit_ctx: *mut std::ffi::c_void,
+    err: Err,
+) -> i32 {
+    // SAFETY: ABI contract: the caller's `visit` keeps to the range and to the call.
+    unsafe {
+        guarded(ctx, err, |s| {
+            s.device(dev)?
+                .host_access(
+                    DevicePtr(ptr),
+                    len,
+                    &mut |addr| match visit(visit_ctx, addr, len) {
+                        0 => Ok(()),
+                        status => Err(Error::InvalidArgument(format!(
+                            "the caller's visit of device memory {ptr:#x}..+{len} failed \
+                             (status {status})"
+                        ))),
+                    },
+                )
         })
     }
 }

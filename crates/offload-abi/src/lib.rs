@@ -21,6 +21,8 @@
 //! - ABI 1.4 adds the kernel-argument kind `word` ([`offload_core::KernelArg::Word`]): one
 //!   pointer-sized value passed as the kernel's parameter is declared (OpenMP's convention).
 //! - ABI 1.5 adds `event_elapsed`: the time between two completed events.
+//! - ABI 1.6 adds `host_access`: a device's memory visited as the process's own, where it is
+//!   (the host backend's), so a proxy receives bytes straight into it.
 //! - The runtime never forms a reference to a plugin's table: it copies the `table_size`
 //!   bytes the plugin declares into a zeroed table of its own (entries a shorter, older table
 //!   lacks stay null), and refuses a table whose version requires an entry that is null.
@@ -41,7 +43,7 @@ pub const ABI_MAGIC: u64 = u64::from_le_bytes(*b"OFFLDPLG");
 /// Major ABI version: tables with another major version are refused.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor ABI version: a larger minor only appends entries to the table.
-pub const ABI_MINOR: u16 = 5;
+pub const ABI_MINOR: u16 = 6;
 /// The one symbol every plugin library exports (`extern "C" fn() -> *const PluginTable`).
 pub const ENTRY_SYMBOL: &str = "offload_plugin_entry";
 /// Queue value meaning "run synchronously".
@@ -280,6 +282,23 @@ pub mod entry {
     /// to `end`'s.
     pub type EventElapsed =
         unsafe extern "C" fn(Ctx, dev: u32, start: u64, end: u64, out_ns: *mut u64, Err) -> i32;
+    /// `host_access(ctx, dev, ptr, len, visit, visit_ctx, err)`: calls `visit(visit_ctx,
+    /// addr, len)` once with the address at which this process reads and writes the device
+    /// memory `ptr..ptr+len`, until `visit` returns; fails with `Unsupported` (not calling
+    /// `visit`) for a device whose memory the process cannot address. A non-zero `visit`
+    /// status fails the call.
+    pub type HostAccess = unsafe extern "C" fn(
+        Ctx,
+        dev: u32,
+        ptr: u64,
+        len: u64,
+        visit: AbiVisit,
+        visit_ctx: *mut c_void,
+        Err,
+    ) -> i32;
+    /// What [`HostAccess`] calls: `0`, or non-zero to fail the access.
+    pub type AbiVisit =
+        unsafe extern "C" fn(visit_ctx: *mut c_void, addr: *mut u8, len: u64) -> i32;
     /// `image_claims(ctx, out, err)`: one claim per line (`elf:62`, `bitcode:<triple>`, `ptx`,
     /// `fatbin`).
     pub type ImageClaims = unsafe extern "C" fn(Ctx, out: *const AbiStringOut, Err) -> i32;
@@ -358,6 +377,9 @@ pub struct PluginTable {
     // ---- ABI 1.5 ----
     /// The time from one completed event to another (writes nanoseconds).
     pub event_elapsed: Option<entry::EventElapsed>,
+    // ---- ABI 1.6 ----
+    /// Visits device memory as the process's own, where it is.
+    pub host_access: Option<entry::HostAccess>,
 }
 
 /// Size of a 1.0 table: the smallest table the runtime accepts. Entries after it are used only
@@ -369,8 +391,10 @@ pub const TABLE_SIZE_1_1: usize = std::mem::offset_of!(PluginTable, set_jit_serv
 pub const TABLE_SIZE_1_2: usize = std::mem::offset_of!(PluginTable, image_claims);
 /// Size of a 1.3 table (and of 1.4, which added no entry).
 pub const TABLE_SIZE_1_3: usize = std::mem::offset_of!(PluginTable, event_elapsed);
-/// Size of a 1.5 table (this version).
-pub const TABLE_SIZE_1_5: usize = std::mem::size_of::<PluginTable>();
+/// Size of a 1.5 table (1.3 plus `event_elapsed`).
+pub const TABLE_SIZE_1_5: usize = std::mem::offset_of!(PluginTable, host_access);
+/// Size of a 1.6 table (this version).
+pub const TABLE_SIZE_1_6: usize = std::mem::size_of::<PluginTable>();
 /// Largest `table_size` the runtime believes (a bigger one is corruption).
 pub const MAX_TABLE_SIZE: usize = 64 << 10;
 

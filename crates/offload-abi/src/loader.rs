@@ -122,6 +122,7 @@ fn entries(t: &PluginTable) -> Vec<(&'static str, usize, bool)> {
         event_query,
         event_destroy,
         event_elapsed,
+        host_access,
     )
 }
 
@@ -846,6 +847,55 @@ impl GenericDevice for LoadedDevice {
         )?;
         Ok(std::time::Duration::from_nanos(ns))
     }
+
+    unsafe fn host_access(
+        &self,
+        ptr: DevicePtr,
+        len: u64,
+        visit: &mut dyn FnMut(*mut u8) -> Result<()>,
+    ) -> Result<()> {
+        let mut visiting = Visiting {
+            visit,
+            outcome: None,
+        };
+        let ctx_ptr = (&mut visiting as *mut Visiting<'_>).cast::<c_void>();
+        let called = self.call(
+            "host_access",
+            self.table().host_access,
+            // SAFETY: checked entry; `visiting` outlives the call, and `visit_trampoline` is
+            // the `AbiVisit` for it.
+            |f, ctx, err| unsafe { f(ctx, self.dev, ptr.0, len, visit_trampoline, ctx_ptr, err) },
+        );
+        // The visit's own error (or panic) is the call's, rather than the plugin's word for it.
+        match visiting.outcome {
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            Some(Ok(Err(e))) => Err(e),
+            _ => called,
+        }
+    }
+}
+
+/// The caller's visit of [`GenericDevice::host_access`], and how it went (a panic is carried
+/// over the plugin's frames, and resumed once the plugin has returned).
+struct Visiting<'a> {
+    visit: &'a mut dyn FnMut(*mut u8) -> Result<()>,
+    outcome: Option<std::thread::Result<Result<()>>>,
+}
+
+/// The [`entry::AbiVisit`](crate::entry::AbiVisit) of [`Visiting`]: runs the visit once,
+/// catching its panic.
+unsafe extern "C" fn visit_trampoline(ctx: *mut c_void, addr: *mut u8, _len: u64) -> i32 {
+    // SAFETY: `ctx` is the `Visiting` of the `host_access` call on the stack below this one.
+    let visiting = unsafe { &mut *ctx.cast::<Visiting<'_>>() };
+    if visiting.outcome.is_some() {
+        // A plugin that visits twice: the second visit is refused.
+        return 1;
+    }
+    let visit = &mut visiting.visit;
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| visit(addr)));
+    let status = i32::from(!matches!(outcome, Ok(Ok(()))));
+    visiting.outcome = Some(outcome);
+    status
 }
 
 /// Makes the ABI form of a JIT service. It is leaked: plugins keep the pointer for the rest of

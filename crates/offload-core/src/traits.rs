@@ -247,6 +247,30 @@ pub trait GenericDevice: Send + Sync {
         let _ = (start, end);
         Err(unsupported("event timing"))
     }
+
+    /// Runs `visit` on the device memory `ptr..ptr+len` as this process's own memory, where
+    /// the device's memory is (the host backend's): `visit` is given its address, and may read
+    /// and write those `len` bytes until it returns (ABI 1.6). Meanwhile the device's other
+    /// work on that memory waits, as for a synchronous copy. The range is checked like a
+    /// copy's; a device whose memory this process cannot address says `Unsupported`, and
+    /// `visit` is not called. `visit`'s error is the call's.
+    ///
+    /// A proxy receives a copy's bytes straight into such memory (`offload-mpi-proxy`), where
+    /// a copy would take them through a buffer of its own.
+    ///
+    /// # Safety
+    /// As [`GenericDevice::copy_device_to_device`]'s destination: `ptr..ptr+len` is nobody
+    /// else's to read or write meanwhile; `visit` touches no byte outside it and keeps no
+    /// pointer into it after it returns.
+    unsafe fn host_access(
+        &self,
+        ptr: DevicePtr,
+        len: u64,
+        visit: &mut dyn FnMut(*mut u8) -> Result<()>,
+    ) -> Result<()> {
+        let _ = (ptr, len, visit);
+        Err(unsupported("host access to its memory"))
+    }
 }
 
 fn unsupported(what: &str) -> crate::Error {

@@ -629,6 +629,27 @@ impl Sending {
         }
     }
 
+    /// Sends `bytes`, memory that is not the send's own, to `to` with `tag`; its buffer (to
+    /// take back once it completes) is empty.
+    ///
+    /// # Safety
+    /// `bytes` stays allocated and unchanged until the send has completed, and for good if the
+    /// send is abandoned (or dropped unfinished).
+    pub unsafe fn start_lent(
+        to: &mpi::topology::Process<'_>,
+        bytes: &[u8],
+        tag: mpi::Tag,
+    ) -> Sending {
+        // SAFETY: the caller keeps `bytes` for as long as MPI may read them (the contract).
+        let lent: &'static [u8] =
+            unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+        let request = to.immediate_send_with_tag(StaticScope, lent, tag);
+        Sending {
+            raw: Box::into_raw(Box::<[u8]>::default()),
+            request: Some(request),
+        }
+    }
+
     /// The buffer, if the send has completed.
     pub fn test(mut self) -> std::result::Result<Box<[u8]>, Sending> {
         let request = self.request.take().expect("a live send");

@@ -72,6 +72,11 @@ pub trait Data {
         lens: &mut dyn Iterator<Item = (u64, usize)>,
         fill: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
     );
+    /// Sends the chunks of a read stream straight from `memory` (device memory this process
+    /// addresses), cut at `lens`, then the empty chunk; returns once nothing reads `memory`
+    /// any more. Where a chunk is not taken in time, the implementation makes sure nobody
+    /// frees `memory` while it may still be read (the proxy ends).
+    fn send_from(&mut self, lens: &mut dyn Iterator<Item = (u64, usize)>, memory: &[u8]);
 }
 
 /// An event's record: its queue, the reads queued there before it, how many held buffers
@@ -474,6 +479,26 @@ impl Server {
                 chunk,
             } => {
                 let d = self.device(device).cloned();
+                if let Ok(d) = &d {
+                    // Memory this process addresses (the host's devices) is sent as it is,
+                    // with no copy before it.
+                    let mut visited = false;
+                    // SAFETY: the visit only reads the range it is given, and `send_from`
+                    // returns once nothing reads it any more.
+                    let direct = unsafe {
+                        d.host_access(DevicePtr(src), len, &mut |at| {
+                            visited = true;
+                            let memory = std::slice::from_raw_parts(at.cast_const(), len as usize);
+                            data.send_from(&mut crate::wire::chunks(len, chunk), memory);
+                            Ok(())
+                        })
+                    };
+                    if visited {
+                        return direct.map(|()| Reply::Done);
+                    }
+                    // Else memory the process does not address, or a range refused: the
+                    // copies below, which end the stream and say why.
+                }
                 let mut first = None;
                 data.send(&mut crate::wire::chunks(len, chunk), &mut |at, buf| {
                     let outcome = d.as_ref().map_err(Clone::clone).and_then(|d| {
@@ -500,8 +525,9 @@ impl Server {
         }
     }
 
-    /// A write stream: each chunk is copied to the device by a second thread while the next
-    /// one arrives. Every chunk is received whatever happens (the stream stays in step with
+    /// A write stream: received straight into device memory this process addresses
+    /// ([`GenericDevice::host_access`]); else each chunk is copied to the device by a second
+    /// thread while the next one arrives. Every chunk is received whatever happens (the stream stays in step with
     /// the program); after the first error the rest are dropped, and the error is the reply.
     fn write_stream(
         &mut self,
@@ -515,6 +541,29 @@ impl Server {
             Ok(d) => (Some(d.clone()), None),
             Err(e) => (None, Some(e)),
         };
+        if let Some(d) = &d {
+            // Memory this process addresses (the host's devices) takes the chunks as they
+            // arrive, with no copy after them.
+            let mut visited = false;
+            // SAFETY: the visit writes only the range it is given (the chunks cut `len`), and
+            // keeps no pointer into it: every receive has completed when it returns.
+            let direct = unsafe {
+                d.host_access(DevicePtr(dst), len, &mut |at| {
+                    visited = true;
+                    for (off, n) in crate::wire::chunks(len, chunk) {
+                        // `off + n <= len`: inside the visited range.
+                        let part = std::slice::from_raw_parts_mut(at.add(off as usize), n);
+                        data.receive(part)?;
+                    }
+                    Ok(())
+                })
+            };
+            if visited {
+                return direct.map(|()| Reply::Done);
+            }
+            // Else memory the process does not address, or a range refused: the copies below,
+            // which take every chunk and say why.
+        }
         if len < THREADED_FROM {
             // Below this size handing chunks to a thread costs more than it overlaps.
             return self.write_stream_inline(d, refused, dst, len, chunk, data);

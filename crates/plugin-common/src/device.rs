@@ -185,25 +185,7 @@ impl<D: DeviceBackend> Device<D> {
         op: impl FnOnce(&D, Option<&D::Stream>) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         match queue {
-            None => {
-                // Queued work on the same memory first (memory.rs); it may have failed the
-                // device meanwhile.
-                hold.wait_queued();
-                self.health.check(&self.name)?;
-                let locks = self.backend.locks_regions();
-                // Released when settled; quarantined when not (health.rs), and, on a device
-                // whose work outlives the call (one that does not lock regions), when a hook
-                // panics.
-                let hold = health::PanicQuarantine::new(&self.health, hold, !locks);
-                let guards = if locks {
-                    hold.held().lock()
-                } else {
-                    Vec::new()
-                };
-                let result = op(&self.backend, None);
-                drop(guards);
-                hold.end(result)
-            }
+            None => self.run_now(hold, |b| op(b, None)),
             Some(q) => {
                 let entry = self.queues.get(q.0)?;
                 let backend = self.backend.clone();
@@ -248,6 +230,27 @@ impl<D: DeviceBackend> Device<D> {
     /// [`DeviceBackend::stream_ordered`]).
     fn streamed(&self) -> bool {
         !self.backend.locks_regions() && self.backend.stream_ordered()
+    }
+
+    /// Runs `op` on the calling thread, holding `hold`: after the queued work on the same
+    /// memory, with its regions locked on a device that locks them.
+    fn run_now(&self, hold: Hold, op: impl FnOnce(&D) -> Result<()>) -> Result<()> {
+        // Queued work on the same memory first (memory.rs); it may have failed the device
+        // meanwhile.
+        hold.wait_queued();
+        self.health.check(&self.name)?;
+        let locks = self.backend.locks_regions();
+        // Released when settled; quarantined when not (health.rs), and, on a device whose
+        // work outlives the call (one that does not lock regions), when a hook panics.
+        let hold = health::PanicQuarantine::new(&self.health, hold, !locks);
+        let guards = if locks {
+            hold.held().lock()
+        } else {
+            Vec::new()
+        };
+        let result = op(&self.backend);
+        drop(guards);
+        hold.end(result)
     }
 
     fn pin(&self, hold: &mut Hold, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
@@ -441,6 +444,33 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
         let dst = HostPtr(dst);
         self.run(queue, hold, move |b, stream| {
             b.execute(Op::CopyFromDevice { dst, src, len }, stream)
+        })
+    }
+
+    unsafe fn host_access(
+        &self,
+        ptr: DevicePtr,
+        len: u64,
+        visit: &mut dyn FnMut(*mut u8) -> Result<()>,
+    ) -> Result<()> {
+        if ptr.0 == 0 {
+            return Err(Error::InvalidArgument(
+                "host access with a null device pointer".into(),
+            ));
+        }
+        self.enter()?;
+        let unaddressable = || {
+            Error::Unsupported(format!(
+                "{}: its memory is not this process's to address",
+                self.name
+            ))
+        };
+        // Asked before the range is checked, so that such a device always says why.
+        self.backend.host_address(ptr).ok_or_else(unaddressable)?;
+        let mut hold = Hold::default();
+        self.pin(&mut hold, ptr, len, "host access")?;
+        self.run_now(hold, |b| {
+            visit(b.host_address(ptr).ok_or_else(unaddressable)?)
         })
     }
 

@@ -160,6 +160,15 @@ pub trait DeviceBackend: Send + Sync + Sized + 'static {
     fn alloc(&self, size: u64, kind: MemoryKind) -> Result<DevicePtr>;
     /// Frees an allocation of `kind`; called once, when no operation uses it any more.
     fn free(&self, ptr: DevicePtr, size: u64, kind: MemoryKind);
+    /// Where this process addresses the device memory at `ptr` (inside an allocation the
+    /// layer checked), if the device's memory is the process's own (the host: yes, its device
+    /// pointers are addresses; a GPU: no, the default). See [`GenericDevice::host_access`].
+    ///
+    /// [`GenericDevice::host_access`]: offload_core::GenericDevice::host_access
+    fn host_address(&self, ptr: DevicePtr) -> Option<*mut u8> {
+        let _ = ptr;
+        None
+    }
     /// Whether every non-null pointer argument must lie in (or just past the end of) a region
     /// the layer tracks (the host: yes, its kernels run in this process; a GPU: no, its kernels
     /// may get memory another runtime of the process allocated, and a stray pointer faults on

@@ -241,6 +241,11 @@ impl DeviceBackend for HostDevice {
         result
     }
 
+    fn host_address(&self, ptr: DevicePtr) -> Option<*mut u8> {
+        // Device pointers are this process's addresses.
+        Some(ptr.0 as *mut u8)
+    }
+
     fn free(&self, ptr: DevicePtr, size: u64, _kind: MemoryKind) {
         if let Ok(layout) = layout(size) {
             // SAFETY: `ptr` was returned by `map_huge` or `alloc_zeroed` (as `alloc` chose by

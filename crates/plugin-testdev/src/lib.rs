@@ -183,6 +183,15 @@ impl DeviceBackend for TestDevice {
         offload_core::sync::lock(&self.memory).insert(addr, buf);
         Ok(DevicePtr(addr))
     }
+    fn host_address(&self, ptr: DevicePtr) -> Option<*mut u8> {
+        // The allocation holding `ptr` (the layer checked that one does); its bytes never
+        // move (an allocation is never resized).
+        let mut memory = offload_core::sync::lock(&self.memory);
+        let (base, buf) = memory.range_mut(..=ptr.0).next_back()?;
+        let at = usize::try_from(ptr.0 - *base).ok()?;
+        (at <= buf.len()).then(|| buf.as_mut_ptr().wrapping_add(at))
+    }
+
     fn free(&self, ptr: DevicePtr, _size: u64, _kind: MemoryKind) {
         offload_core::sync::lock(&self.memory).remove(&ptr.0);
     }

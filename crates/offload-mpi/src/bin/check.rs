@@ -6,6 +6,10 @@
 //! unknown queue), each an error reply naming the problem; an error of queued work reported
 //! by the queue's synchronisation; corrupted messages, after which the proxy still answers;
 //! then a shutdown (the job ends only if every proxy did). Prints a line per check and ends with status 0 only if every check held.
+//!
+//! `--stall-read`: asks the first proxy for a read stream and then takes none of its chunks,
+//! making no MPI call for three timeouts; the proxy, which sends such a stream from device
+//! memory, is to end (the job with it) rather than leave that memory to MPI.
 
 use offload_mpi::client::Client;
 use offload_mpi::wire::{Reply, Request};
@@ -16,9 +20,10 @@ fn main() {
         eprintln!("offload-mpi-check: MPI could not be initialised (start it under mpirun)");
         std::process::exit(2);
     };
+    let stall = std::env::args().any(|a| a == "--stall-read");
     let result = offload_mpi::timeout_secs()
         .and_then(|s| Client::connect(universe.world(), Duration::from_secs(u64::from(s))))
-        .and_then(|c| check(&c));
+        .and_then(|c| if stall { stall_read(&c) } else { check(&c) });
     match result {
         Ok(n) => println!("mpi-check: ok, {n} proxies"),
         Err(e) => {
@@ -54,6 +59,103 @@ fn alloc(c: &Client, rank: i32, bytes: u64) -> offload_core::Result<u64> {
             other.name()
         ))),
     }
+}
+
+/// Streams (copies of 256 KiB and more, in chunks) past the end of an allocation, each way:
+/// refused naming the range, and the stream stays in step, so that streams inside it then
+/// move their bytes exactly (on a host device the proxy receives into and sends from device
+/// memory directly, which must check the range as a copy does).
+fn streams(c: &Client, r: i32) -> offload_core::Result<()> {
+    let len = (1usize << 20) + 5;
+    let chunk = offload_mpi::wire::chunk_for(len) as u64;
+    let base = alloc(c, r, len as u64)?;
+    let data = pattern(len, 77);
+    let write = |dst: u64, bytes: &[u8]| {
+        let request = Request::WriteStream {
+            device: 0,
+            dst,
+            len: bytes.len() as u64,
+            chunk,
+        };
+        c.write_stream(r, &request, bytes)
+    };
+    let read = |src: u64, into: &mut [u8]| {
+        let request = Request::ReadStream {
+            device: 0,
+            src,
+            len: into.len() as u64,
+            chunk,
+        };
+        c.read_stream(r, &request, into)
+    };
+    let want = "not inside any live allocation";
+    match write(base + 3, &data) {
+        Err(e) if e.to_string().contains(want) => {
+            println!("mpi-check: rank {r} refuses a write stream past an allocation: {e}")
+        }
+        other => {
+            return Err(fail(format!(
+                "rank {r}: a write stream past an allocation gave {other:?}"
+            )));
+        }
+    }
+    let mut back = vec![0u8; len];
+    match read(base + 3, &mut back) {
+        Err(e) if e.to_string().contains(want) => {
+            println!("mpi-check: rank {r} refuses a read stream past an allocation: {e}")
+        }
+        other => {
+            return Err(fail(format!(
+                "rank {r}: a read stream past an allocation gave {other:?}"
+            )));
+        }
+    }
+    write(base, &data)?;
+    read(base, &mut back)?;
+    if back != data {
+        return Err(fail(format!(
+            "rank {r}: a {len}-byte stream did not come back as written"
+        )));
+    }
+    // An offset inside the allocation, both ways.
+    let part = &data[..len - 9];
+    write(base + 9, part)?;
+    let mut back = vec![0u8; len - 9];
+    read(base + 9, &mut back)?;
+    if back != part {
+        return Err(fail(format!(
+            "rank {r}: a stream at offset 9 did not come back as written"
+        )));
+    }
+    c.request(
+        r,
+        &Request::Free {
+            device: 0,
+            ptr: base,
+        },
+    )?;
+    println!("mpi-check: rank {r} streams of {len} bytes there and back, refused past the end: ok");
+    Ok(())
+}
+
+/// `--stall-read` (see the module docs).
+fn stall_read(c: &Client) -> offload_core::Result<usize> {
+    let r = c.proxies()[0].rank;
+    let len = 4u64 << 20;
+    let src = alloc(c, r, len)?;
+    let request = Request::ReadStream {
+        device: 0,
+        src,
+        len,
+        chunk: offload_mpi::wire::chunk_for(len as usize) as u64,
+    };
+    c.post(r, &request)?;
+    println!("mpi-check: rank {r} asked for a read stream; taking none of it");
+    let timeout = offload_mpi::timeout_secs()?;
+    std::thread::sleep(Duration::from_secs(3 * u64::from(timeout)));
+    Err(fail(format!(
+        "rank {r} was still in the job after three timeouts of a read stream nobody took"
+    )))
 }
 
 fn check(c: &Client) -> offload_core::Result<usize> {
@@ -174,6 +276,7 @@ fn check(c: &Client) -> offload_core::Result<usize> {
                 }
             }
         }
+        streams(c, r)?;
         // Queued work that fails is not answered; its queue's synchronisation reports it.
         let Reply::Value { value: queue } = c.request(r, &Request::QueueCreate { device: 0 })?
         else {

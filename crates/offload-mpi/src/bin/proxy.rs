@@ -352,4 +352,45 @@ impl Data for MpiData<'_> {
             }
         }
     }
+
+    fn send_from(&mut self, lens: &mut dyn Iterator<Item = (u64, usize)>, memory: &[u8]) {
+        let mut ring: std::collections::VecDeque<Sending> = Default::default();
+        let start = |bytes: &[u8]| {
+            let _mpi = lock(&MPI);
+            // SAFETY: every send is waited for below; one not taken in time ends the process
+            // (`lent_for_good`), so `memory` is never freed while MPI may read it.
+            unsafe { Sending::start_lent(self.client, bytes, TAG_DATA) }
+        };
+        for (at, n) in lens {
+            if ring.len() == IN_FLIGHT {
+                let oldest = ring.pop_front().expect("in flight");
+                if wait_bounded(oldest, self.timeout).is_none() {
+                    lent_for_good(self.timeout);
+                }
+            }
+            ring.push_back(start(&memory[at as usize..at as usize + n]));
+        }
+        ring.push_back(start(&[]));
+        while let Some(s) = ring.pop_front() {
+            if wait_bounded(s, self.timeout).is_none() {
+                lent_for_good(self.timeout);
+            }
+        }
+    }
+}
+
+/// A read stream's chunk sent from device memory was not taken in time: MPI may still read
+/// that memory, so nothing of this process may free it. The program took nothing for the
+/// timeout (it is gone, or stopped): the proxy ends here, without finalising MPI (which would
+/// wait for the send), under the MPI lock (the heartbeat makes no call meanwhile).
+fn lent_for_good(timeout: Duration) -> ! {
+    let _mpi = lock(&MPI);
+    STOPPED.store(true, Ordering::Release);
+    eprintln!(
+        "offload-mpi-proxy (rank {}): the program took no chunk of a read stream in {timeout:?} \
+         (OFFLOAD_MPI_TIMEOUT); the proxy ends (MPI may still read the device memory it sent \
+         from)",
+        SimpleCommunicator::world().rank()
+    );
+    std::process::exit(3)
 }
