@@ -251,8 +251,9 @@ pub trait GenericDevice: Send + Sync {
     /// Runs `visit` on the device memory `ptr..ptr+len` as this process's own memory, where
     /// the device's memory is (the host backend's): `visit` is given its address, and may read
     /// and write those `len` bytes until it returns (ABI 1.6). Meanwhile the device's other
-    /// work on that memory waits, as for a synchronous copy. The range is checked like a
-    /// copy's; a device whose memory this process cannot address says `Unsupported`, and
+    /// work on that memory waits, as for a synchronous copy (so `visit` must not itself ask
+    /// the device for work on that memory: it would wait for ever). The range is checked like
+    /// a copy's; a device whose memory this process cannot address says `Unsupported`, and
     /// `visit` is not called. `visit`'s error is the call's.
     ///
     /// A proxy receives a copy's bytes straight into such memory (`offload-mpi-proxy`), where

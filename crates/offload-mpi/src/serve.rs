@@ -527,8 +527,11 @@ impl Server {
 
     /// A write stream: received straight into device memory this process addresses
     /// ([`GenericDevice::host_access`]); else each chunk is copied to the device by a second
-    /// thread while the next one arrives. Every chunk is received whatever happens (the stream stays in step with
-    /// the program); after the first error the rest are dropped, and the error is the reply.
+    /// thread while the next one arrives. Every chunk is received whatever the device does
+    /// (the stream stays in step with the program); after the device's first error the rest
+    /// are dropped, and the error is the reply. A chunk that does not come in time, or of
+    /// another length, ends the stream there (the program broke it: its later chunks, if any,
+    /// are not waited for).
     fn write_stream(
         &mut self,
         device: u32,

@@ -465,8 +465,7 @@ impl<D: DeviceBackend> GenericDevice for Device<D> {
                 self.name
             ))
         };
-        // Asked before the range is checked, so that such a device always says why.
-        self.backend.host_address(ptr).ok_or_else(unaddressable)?;
+        // The range is checked first: the hook is only asked of pointers into an allocation.
         let mut hold = Hold::default();
         self.pin(&mut hold, ptr, len, "host access")?;
         self.run_now(hold, |b| {

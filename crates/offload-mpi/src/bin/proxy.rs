@@ -382,7 +382,9 @@ impl Data for MpiData<'_> {
 /// A read stream's chunk sent from device memory was not taken in time: MPI may still read
 /// that memory, so nothing of this process may free it. The program took nothing for the
 /// timeout (it is gone, or stopped): the proxy ends here, without finalising MPI (which would
-/// wait for the send), under the MPI lock (the heartbeat makes no call meanwhile).
+/// wait for the send), under the MPI lock (the heartbeat makes no call meanwhile), and without
+/// exit handlers (`_exit`: this thread holds the device's region lock, and a handler that
+/// waits for the device's threads would keep the proxy from ending).
 fn lent_for_good(timeout: Duration) -> ! {
     let _mpi = lock(&MPI);
     STOPPED.store(true, Ordering::Release);
@@ -392,5 +394,6 @@ fn lent_for_good(timeout: Duration) -> ! {
          from)",
         SimpleCommunicator::world().rank()
     );
-    std::process::exit(3)
+    // SAFETY: `_exit` ends the process at once; nothing runs after it.
+    unsafe { libc::_exit(3) }
 }
