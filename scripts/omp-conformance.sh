@@ -249,23 +249,7 @@ try:
 except (OSError, ValueError, KeyError) as e:
     print(f"omp-conformance: lit wrote no results ({e})")
     sys.exit(2)
-# On a remote device a target region's printf is the proxy's output, which mpirun merges with
-# the program's in no fixed order: these tests check the order of lines printed on both sides
-# (force-usm: the program's stdout against the runtime's stderr), so they pass or fail by
-# chance there. They are the ones seen to fail that way in clean runs; they are run and
-# listed, not counted (docs/mpi.md).
-ORDER_DEPENDENT = {
-    "mapping/map_both_pointer_pointee.c",
-    "mapping/target_has_device_addr.c",
-    "mapping/declare_mapper_nested_default_mappers_ptr_subscript.cpp",
-    "mapping/target_pointers_members_map.cpp",
-    "offloading/force-usm.cpp",
-}
-def short(t):
-    return t["name"].split(" :: ")[-1]
-uncounted = [t for t in tests if os.environ.get("REMOTE") and short(t) in ORDER_DEPENDENT]
-counted = [t for t in tests if t not in uncounted]
-codes = collections.Counter(t["code"] for t in counted)
+codes = collections.Counter(t["code"] for t in tests)
 passed = codes["PASS"] + codes["XFAIL"]
 failed = codes["FAIL"] + codes["XPASS"] + codes["UNRESOLVED"] + codes["TIMEOUT"]
 with open(path.replace("results.json", "failed.txt"), "w") as f:
@@ -273,9 +257,7 @@ with open(path.replace("results.json", "failed.txt"), "w") as f:
         if t["code"] in ("FAIL", "XPASS", "UNRESOLVED", "TIMEOUT"):
             f.write(f'{t["code"]} {t["name"].split(" :: ")[-1]}\n')
 if os.environ.get("REMOTE"):
-    lucky = sum(t["code"] in ("PASS", "XFAIL") for t in uncounted)
-    mode += (f", remote device over MPI; {len(uncounted)} tests of the order of both sides' "
-             f"output not counted, {lucky} of them passed")
+    mode += ", remote device over MPI"
 print(f"omp-conformance: {passed} passed, {failed} failed, {codes['UNSUPPORTED']} unsupported "
       f"({mode}, {lib}, {secs} s; failures listed in {path.replace('results.json', 'failed.txt')})")
 PY

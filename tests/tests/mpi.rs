@@ -284,10 +284,11 @@ fn a_proxy_of_another_version_is_refused_at_start_with_both_versions() {
     );
     assert!(ok, "{text}");
     assert!(
-        text.contains(
+        text.contains(&format!(
             "rank 1 is an offload-mpi-proxy speaking message version 99; this program's mpi \
-             plugin speaks version 2"
-        ),
+             plugin speaks version {}",
+            offload_mpi::wire::VERSION
+        )),
         "{text}"
     );
 }
@@ -322,6 +323,64 @@ fn openmp_target_regions_run_on_a_remote_host_device_aot_and_jit() {
                     "{tag}: {text}"
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn what_remote_target_regions_print_comes_between_the_programs_lines_in_order() {
+    // tests/omp/printing.c: a region's printf is the proxy's output; the proxy sends it before
+    // each reply and the program prints it then, so the lines are in the program's order (by
+    // default mpirun would merge two processes' output in no fixed order).
+    let lib = omptarget_dir();
+    let src = repo_root().join("tests/omp/printing.c");
+    let mut expected: Vec<String> = Vec::new();
+    for i in 0..30 {
+        expected.push(format!("host {i}"));
+        expected.push(format!("region {i}"));
+    }
+    expected.extend((0..40000).map(|j| {
+        format!("burst {j:05} .............................................................")
+    }));
+    for l in [
+        "host after burst",
+        "nowait region",
+        "host after taskwait",
+        "partial line",
+        "host end, 30 of 30 regions on a device",
+    ] {
+        expected.push(l.to_string());
+    }
+    for (tag, extra) in [("aot", vec![]), ("jit", vec!["-fopenmp-target-jit"])] {
+        let program = scratch("mpi").join(format!("printing-{tag}"));
+        omp_program(&src, &program, &lib, extra.as_slice());
+        let script = repo_root().join("scripts/mpi-remote");
+        let (text, ok) = job(
+            &[script.to_str().unwrap(), program.to_str().unwrap()],
+            &[("OMP_TARGET_OFFLOAD", "MANDATORY")],
+            Duration::from_secs(300),
+        );
+        assert!(ok, "{tag}: {text}");
+        // The job's log has stderr too (mpirun's and the ranks'): the program's lines only.
+        let got: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                ["host ", "region ", "burst ", "nowait ", "partial"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .collect();
+        if let Some(k) = (0..expected.len().max(got.len()))
+            .find(|&k| got.get(k).copied() != expected.get(k).map(String::as_str))
+        {
+            panic!(
+                "{tag}: line {k} of the program's output is {:?}, expected {:?} ({} lines, \
+                 expected {})",
+                got.get(k),
+                expected.get(k),
+                got.len(),
+                expected.len()
+            );
         }
     }
 }

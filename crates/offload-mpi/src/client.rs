@@ -486,7 +486,7 @@ impl Client {
         let mut w = self.watch(rank)?;
         let mut backoff = Backoff::default();
         loop {
-            {
+            let output = {
                 let mut link = lock(&self.link);
                 if let Some(id) = id
                     && let Some(r) = link.kept.remove(&(rank, id))
@@ -498,19 +498,31 @@ impl Client {
                     .world
                     .process_at_rank(rank)
                     .immediate_matched_probe_with_tag(TAG_REPLY);
-                if let Some(probed) = probed {
-                    let bytes = probed.matched_receive_vec::<u8>().0;
-                    link.heard.insert(rank, Instant::now());
-                    link.drain_alive(rank);
-                    let (got, reply) = Reply::decode(&bytes).map_err(|e| {
-                        e.context(format!("a reply of proxy rank {rank} (waiting for {what})"))
-                    })?;
-                    if id.is_none_or(|id| id == got) {
-                        return Ok(reply);
+                match probed {
+                    Some(probed) => {
+                        let bytes = probed.matched_receive_vec::<u8>().0;
+                        link.heard.insert(rank, Instant::now());
+                        link.drain_alive(rank);
+                        let (got, reply) = Reply::decode(&bytes).map_err(|e| {
+                            e.context(format!("a reply of proxy rank {rank} (waiting for {what})"))
+                        })?;
+                        match reply {
+                            Reply::Output { bytes } => Some(bytes),
+                            reply if id.is_none_or(|id| id == got) => return Ok(reply),
+                            reply => {
+                                link.kept.insert((rank, got), reply);
+                                continue;
+                            }
+                        }
                     }
-                    link.kept.insert((rank, got), reply);
-                    continue;
+                    None => None,
                 }
+            };
+            if let Some(bytes) = output {
+                // Written outside the lock (a full pipe may block the write), before any
+                // reply received after it.
+                print_c_stdout(&bytes);
+                continue;
             }
             if Instant::now() > w.deadline
                 && let Some(e) = self.expired(&mut w, what)
@@ -550,6 +562,18 @@ impl Client {
 
 /// The devices of rank `rank`'s hello; another version, or a message that is no hello, is an
 /// error naming the rank.
+/// Writes a proxy's output to this process's C `stdout` stream (buffered as the program's own
+/// `printf`, so a region's lines land between the program's as they would locally).
+fn print_c_stdout(bytes: &[u8]) {
+    unsafe extern "C" {
+        // glibc's (and musl's) standard output stream.
+        static stdout: *mut libc::FILE;
+    }
+    // SAFETY: `stdout` is the C library's stream, valid for the process's life; fwrite takes
+    // the stream's lock and copies `bytes`, which live through the call.
+    unsafe { libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), stdout) };
+}
+
 fn hello_devices(rank: i32, bytes: &[u8]) -> Result<Vec<RemoteDevice>> {
     // The version is read before the message is decoded: a proxy of another version has
     // another layout, and the error must say which versions met.

@@ -7,6 +7,7 @@
 //! exercises every proxy of its job with requests no plugin would send.
 
 pub mod client;
+pub mod output;
 pub mod serve;
 pub mod wire;
 

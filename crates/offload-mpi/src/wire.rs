@@ -21,13 +21,18 @@
 //! enqueues it and keeps the first error for the queue's synchronisation. A queued read's
 //! bytes come back as a [`Reply::Bytes`] carrying the read's id, before the reply to the
 //! synchronisation (of the queue, or of an event recorded after the read) that completes it.
+//!
+//! **Output.** What the proxy's node printed to its standard output while it served requests
+//! (a kernel's `printf`, a target region's) comes as a [`Reply::Output`] before the next
+//! reply: the program writes it to its own standard output, so that a region's lines come in
+//! the order they would locally, between the program's own.
 
 use offload_core::{DeviceInfo, DeviceLimits, Error, KernelArg, LaunchDims, Result};
 
 /// "OFMP", little-endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"OFMP");
 /// The message format's version: the plugin and its proxies must agree.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Bytes before the payload.
 pub const HEADER: usize = 4 + 2 + 2 + 8 + 8;
 /// The largest text a message carries (a device name, an error message, a kernel's name).
@@ -204,6 +209,9 @@ pub enum Reply {
     Bytes { bytes: Vec<u8> },
     /// The request failed: the error's kind (offload's ABI kind) and message.
     Failed { kind: u16, message: String },
+    /// What the proxy's node printed to its standard output since the last reply, sent before
+    /// the next one (id 0: it answers no request).
+    Output { bytes: Vec<u8> },
 }
 
 impl Request {
@@ -608,6 +616,7 @@ impl Reply {
             Reply::Done => 104,
             Reply::Bytes { .. } => 105,
             Reply::Failed { .. } => 106,
+            Reply::Output { .. } => 107,
         }
     }
 
@@ -639,6 +648,7 @@ impl Reply {
             Reply::Done => "done",
             Reply::Bytes { .. } => "bytes",
             Reply::Failed { .. } => "an error",
+            Reply::Output { .. } => "output",
         }
     }
 
@@ -676,7 +686,7 @@ impl Reply {
                 w.u64(*size);
             }
             Reply::Done => {}
-            Reply::Bytes { bytes } => w.bytes(bytes),
+            Reply::Bytes { bytes } | Reply::Output { bytes } => w.bytes(bytes),
             Reply::Failed { kind, message } => {
                 w.u16(*kind);
                 w.text(message);
@@ -745,6 +755,9 @@ impl Reply {
             106 => Reply::Failed {
                 kind: r.u16("error kind")?,
                 message: r.text("message")?,
+            },
+            107 => Reply::Output {
+                bytes: r.bytes("output", MAX_MESSAGE as u64)?.to_vec(),
             },
             k => return Err(r.error("kind", &format!("no reply has kind {k}"))),
         };
@@ -1097,6 +1110,9 @@ mod tests {
                 kind: 3,
                 message: "0x9 is not an allocation of this device".into(),
             },
+            Reply::Output {
+                bytes: b"region 3\n".to_vec(),
+            },
         ]
     }
 
@@ -1110,7 +1126,10 @@ mod tests {
         for (i, r) in requests.into_iter().enumerate() {
             assert_eq!(Request::decode(&r.encode(i as u64)).unwrap(), (i as u64, r));
         }
-        for (i, r) in replies().into_iter().enumerate() {
+        let replies = replies();
+        let kinds: Vec<u16> = replies.iter().map(Reply::kind).collect();
+        assert_eq!(kinds, (101..=107).collect::<Vec<_>>());
+        for (i, r) in replies.into_iter().enumerate() {
             assert_eq!(Reply::decode(&r.encode(i as u64)).unwrap(), (i as u64, r));
         }
     }
@@ -1213,7 +1232,9 @@ mod tests {
         m[4] = 9;
         let e = Request::decode(&m).unwrap_err().to_string();
         assert!(
-            e.contains("message version 9; this side speaks version 2"),
+            e.contains(&format!(
+                "message version 9; this side speaks version {VERSION}"
+            )),
             "{e}"
         );
         let e = Request::decode(b"OFM").unwrap_err().to_string();

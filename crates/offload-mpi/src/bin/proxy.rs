@@ -7,6 +7,7 @@ use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::{Communicator, Process, SimpleCommunicator};
 use offload_core::sync::lock;
 use offload_mpi::client::{Backoff, ChunkPool, Sending};
+use offload_mpi::output;
 use offload_mpi::serve::{Data, Served, Server};
 use offload_mpi::wire::{Reply, Request};
 use offload_mpi::{
@@ -24,6 +25,13 @@ fn main() {
     };
     let world = universe.world();
     let me = world.rank();
+    // What the node prints goes to the program with the replies (offload_mpi::output).
+    if let Err(e) = output::capture() {
+        eprintln!(
+            "offload-mpi-proxy (rank {me}): its output is not forwarded to the program (it goes \
+             to mpirun beside the program's): {e}"
+        );
+    }
     if let Err(e) = load_openmp_runtime() {
         eprintln!("offload-mpi-proxy (rank {me}): {e}");
     }
@@ -111,6 +119,7 @@ fn main() {
             TAG_REQUEST => {}
             // One byte: a rank of the job died, and MPI_Finalize would wait for it.
             TAG_SHUTDOWN if !bytes.is_empty() => {
+                output::release();
                 let _mpi = lock(&MPI);
                 STOPPED.store(true, Ordering::Release);
                 std::process::exit(0)
@@ -146,7 +155,13 @@ fn main() {
             timeout,
             pool: &mut pool,
         };
-        let replies = server.answer(&bytes, &mut data);
+        let mut replies = server.answer(&bytes, &mut data);
+        if !replies.is_empty()
+            && let Some(printed) = output::take()
+        {
+            // Before the replies: the program prints it before it goes on.
+            replies.insert(0, Reply::Output { bytes: printed }.encode(0));
+        }
         for reply in replies {
             let n = reply.len();
             let sending = {
@@ -158,6 +173,7 @@ fn main() {
         }
         BUSY.store(false, Ordering::Release);
     }
+    output::release();
     // MPI ends with no heartbeat in flight (MPI_Finalize is an MPI call like the others).
     let _mpi = lock(&MPI);
     STOPPED.store(true, Ordering::Release);
