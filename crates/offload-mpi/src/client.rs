@@ -21,7 +21,7 @@ use offload_core::sync::lock;
 use offload_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A proxy rank and the devices it serves.
@@ -39,8 +39,11 @@ pub struct Proxy {
 struct Link {
     world: SimpleCommunicator,
     kept: HashMap<(i32, u64), Reply>,
-    heard: HashMap<i32, Instant>,
+    /// By rank.
+    heard: Vec<Option<Instant>>,
     failed: HashMap<i32, Error>,
+    /// Replies received since the heartbeats were last read.
+    undrained: u32,
     /// MPI has ended for this process (its exit): no more calls.
     closed: bool,
 }
@@ -67,10 +70,26 @@ impl Link {
             .immediate_matched_probe_with_tag(TAG_ALIVE)
         {
             drop(p.matched_receive_vec::<u8>());
-            self.heard.insert(rank, Instant::now());
+            self.hear(rank);
+        }
+        self.undrained = 0;
+    }
+
+    /// Notes that `rank` was heard from now.
+    fn hear(&mut self, rank: i32) {
+        if let Some(h) = self.heard.get_mut(rank as usize) {
+            *h = Some(Instant::now());
         }
     }
 }
+
+/// Heartbeats are read after this many replies, or after a reply that was slow to come: a
+/// proxy sends one every [`crate::HEARTBEAT`] of a request that is being served, so a run of
+/// quick replies leaves few to read (reading them costs a probe a reply).
+const DRAIN_EVERY: u32 = 64;
+
+/// Polls between two looks at the clock, for a wait's deadline.
+const CLOCK_EVERY: u32 = 32;
 
 /// One wait for a proxy: it fails once the proxy has said nothing (no reply, no chunk, no
 /// heartbeat) for the timeout.
@@ -94,9 +113,14 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Whether the tight spin is over (the wait is no longer short).
+    pub fn spent(&self) -> bool {
+        self.spins >= SPINS
+    }
+
     /// One pause between two polls.
     pub fn pause(&mut self) {
-        if self.spins < 2_000 {
+        if self.spins < SPINS {
             self.spins += 1;
             std::hint::spin_loop();
             return;
@@ -109,6 +133,9 @@ impl Backoff {
         }
     }
 }
+
+/// Polls a wait spins for before it yields.
+const SPINS: u32 = 2_000;
 
 /// Chunks of a write stream in flight at once.
 const IN_FLIGHT: usize = 4;
@@ -152,6 +179,8 @@ pub struct Client {
     proxies: Vec<Proxy>,
     timeout: Duration,
     next_id: AtomicU64,
+    /// Whether any rank failed ([`Client::check_rank`]'s question without the lock).
+    any_failed: AtomicBool,
 }
 
 impl std::fmt::Debug for Client {
@@ -207,12 +236,14 @@ impl Client {
         proxies.sort_by_key(|p| p.rank);
         Ok(Client {
             link: Mutex::new(Link {
-                world,
                 kept: HashMap::new(),
-                heard: HashMap::new(),
+                heard: vec![None; usize::try_from(world.size()).unwrap_or(0)],
                 failed: HashMap::new(),
+                undrained: 0,
                 closed: false,
+                world,
             }),
+            any_failed: AtomicBool::new(false),
             streams: proxies
                 .iter()
                 .map(|p| (p.rank, Mutex::new(ChunkPool::default())))
@@ -231,6 +262,10 @@ impl Client {
     /// An error if proxy `rank` failed (it stopped answering): every later request to it fails
     /// at once, naming why.
     pub fn check_rank(&self, rank: i32) -> Result<()> {
+        if !self.any_failed.load(Ordering::Acquire) {
+            // Whether MPI has ended is checked again, under the lock, before every MPI call.
+            return Ok(());
+        }
         let link = lock(&self.link);
         link.open()?;
         match link.failed.get(&rank) {
@@ -263,8 +298,9 @@ impl Client {
         link.drain_alive(w.rank);
         let last = link
             .heard
-            .get(&w.rank)
+            .get(w.rank as usize)
             .copied()
+            .flatten()
             .map_or(w.started, |h| h.max(w.started));
         if last.elapsed() < self.timeout {
             w.deadline = last + self.timeout;
@@ -276,6 +312,7 @@ impl Client {
             w.rank, self.timeout
         ));
         link.failed.insert(w.rank, e.clone());
+        self.any_failed.store(true, Ordering::Release);
         // Replies it may still send are for requests nobody waits for any more.
         link.kept.retain(|(r, _), _| *r != w.rank);
         Some(e)
@@ -372,7 +409,7 @@ impl Client {
                 let tested = pending.test();
                 if tested.is_ok() {
                     // The proxy took it: a sign of life.
-                    link.heard.insert(rank, Instant::now());
+                    link.hear(rank);
                 }
                 tested
             };
@@ -422,7 +459,7 @@ impl Client {
                     probed.0.matched_receive_into(&mut dst[got..got + n]);
                     got += n;
                 }
-                link.heard.insert(rank, Instant::now());
+                link.hear(rank);
                 continue;
             }
             drop(link);
@@ -485,10 +522,13 @@ impl Client {
     pub fn wait_for(&self, rank: i32, id: Option<u64>, what: &str) -> Result<Reply> {
         let mut w = self.watch(rank)?;
         let mut backoff = Backoff::default();
+        let mut polls = 0u32;
         loop {
+            polls = polls.wrapping_add(1);
             let output = {
                 let mut link = lock(&self.link);
                 if let Some(id) = id
+                    && !link.kept.is_empty()
                     && let Some(r) = link.kept.remove(&(rank, id))
                 {
                     return Ok(r);
@@ -501,8 +541,11 @@ impl Client {
                 match probed {
                     Some(probed) => {
                         let bytes = probed.matched_receive_vec::<u8>().0;
-                        link.heard.insert(rank, Instant::now());
-                        link.drain_alive(rank);
+                        link.hear(rank);
+                        link.undrained += 1;
+                        if link.undrained >= DRAIN_EVERY || backoff.spent() {
+                            link.drain_alive(rank);
+                        }
                         let (got, reply) = Reply::decode(&bytes).map_err(|e| {
                             e.context(format!("a reply of proxy rank {rank} (waiting for {what})"))
                         })?;
@@ -524,7 +567,8 @@ impl Client {
                 print_c_stdout(&bytes);
                 continue;
             }
-            if Instant::now() > w.deadline
+            if polls % CLOCK_EVERY == 0
+                && Instant::now() > w.deadline
                 && let Some(e) = self.expired(&mut w, what)
             {
                 return Err(e);

@@ -84,6 +84,7 @@ fn main() {
     client.send_with_tag(&hello[..], TAG_HELLO);
     std::thread::spawn(heartbeat);
     let mut echo: Vec<u8> = Vec::new();
+    let mut message: Vec<u8> = Vec::new();
     let mut pool = ChunkPool::default();
     let mut backoff = Backoff::default();
     loop {
@@ -111,10 +112,17 @@ fn main() {
         }
         // Busy from here (a large request's receive included) until its replies are out.
         BUSY.store(true, Ordering::Release);
-        let (bytes, _) = {
+        // Into a buffer kept from one request to the next (a fresh one costs its allocation,
+        // and a large one its page faults).
+        let n = probed.1.count(u8::equivalent_datatype()) as usize;
+        if message.len() < n {
+            message.resize(n, 0);
+        }
+        {
             let _mpi = lock(&MPI);
-            probed.matched_receive_vec::<u8>()
-        };
+            probed.0.matched_receive_into(&mut message[..n]);
+        }
+        let bytes = &message[..n];
         match tag {
             TAG_REQUEST => {}
             // One byte: a rank of the job died, and MPI_Finalize would wait for it.
@@ -145,7 +153,7 @@ fn main() {
             }
         }
         if let Some(what) = &kill_at
-            && Request::decode(&bytes).is_ok_and(|(_, r)| r.name() == what)
+            && Request::decode(bytes).is_ok_and(|(_, r)| r.name() == what)
         {
             // SAFETY: raise has no precondition; SIGKILL ends this process here.
             unsafe { libc::raise(libc::SIGKILL) };
@@ -155,7 +163,7 @@ fn main() {
             timeout,
             pool: &mut pool,
         };
-        let mut replies = server.answer(&bytes, &mut data);
+        let mut replies = server.answer(bytes, &mut data);
         if !replies.is_empty()
             && let Some(printed) = output::take()
         {
@@ -164,12 +172,15 @@ fn main() {
         }
         for reply in replies {
             let n = reply.len();
-            let sending = {
+            // A small reply completes at once (MPI copies it out): tested under the same lock.
+            let sent = {
                 let _mpi = lock(&MPI);
-                Sending::start(&client, reply.into_boxed_slice(), n, TAG_REPLY)
+                Sending::start(&client, reply.into_boxed_slice(), n, TAG_REPLY).test()
             };
-            // A reply nobody takes (the program gave up waiting) is left to MPI.
-            drop(wait_bounded(sending, timeout));
+            if let Err(sending) = sent {
+                // A reply nobody takes (the program gave up waiting) is left to MPI.
+                drop(wait_bounded(sending, timeout));
+            }
         }
         BUSY.store(false, Ordering::Release);
     }
