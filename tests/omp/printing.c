@@ -2,7 +2,8 @@
 // device. Run on a remote device (tests/tests/mpi.rs), a region's printf is the proxy's, and
 // must still come in this order: the program's line, the region's line, and so on; a burst of
 // 40000 lines (3 MiB, more than a pipe or a stream's buffer holds); a `nowait` region before
-// the line after its `taskwait`; a region's line the program finishes.
+// the line after its `taskwait`; a region's line the program finishes; two threads' regions,
+// each region's line before the line its thread prints after it.
 #include <omp.h>
 #include <stdio.h>
 
@@ -29,6 +30,15 @@ int main(void) {
 #pragma omp target
   { printf("part"); }
   printf("ial line\n");
+#pragma omp parallel num_threads(2)
+  {
+    int t = omp_get_thread_num();
+    for (int k = 0; k < 20; k++) {
+#pragma omp target firstprivate(t, k)
+      { printf("thread %d region %d\n", t, k); }
+      printf("thread %d after region %d\n", t, k);
+    }
+  }
   printf("host end, %d of 30 regions on a device\n", on_device);
   return on_device == 30 ? 0 : 1;
 }

@@ -361,6 +361,22 @@ fn what_remote_target_regions_print_comes_between_the_programs_lines_in_order() 
             Duration::from_secs(300),
         );
         assert!(ok, "{tag}: {text}");
+        // Each thread's lines in its order (the two threads' lines interleave as they may).
+        for t in 0..2 {
+            let mine: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("thread {t} ")))
+                .collect();
+            let want: Vec<String> = (0..20)
+                .flat_map(|k| {
+                    [
+                        format!("thread {t} region {k}"),
+                        format!("thread {t} after region {k}"),
+                    ]
+                })
+                .collect();
+            assert_eq!(mine, want, "{tag}: thread {t}'s lines");
+        }
         // The job's log has stderr too (mpirun's and the ranks'): the program's lines only.
         let got: Vec<&str> = text
             .lines()

@@ -42,8 +42,8 @@ struct Link {
     /// By rank.
     heard: Vec<Option<Instant>>,
     failed: HashMap<i32, Error>,
-    /// Replies received since the heartbeats were last read.
-    undrained: u32,
+    /// By rank: replies received since its heartbeats were last read.
+    undrained: Vec<u32>,
     /// MPI has ended for this process (its exit): no more calls.
     closed: bool,
 }
@@ -72,7 +72,9 @@ impl Link {
             drop(p.matched_receive_vec::<u8>());
             self.hear(rank);
         }
-        self.undrained = 0;
+        if let Some(n) = self.undrained.get_mut(rank as usize) {
+            *n = 0;
+        }
     }
 
     /// Notes that `rank` was heard from now.
@@ -239,7 +241,7 @@ impl Client {
                 kept: HashMap::new(),
                 heard: vec![None; usize::try_from(world.size()).unwrap_or(0)],
                 failed: HashMap::new(),
-                undrained: 0,
+                undrained: vec![0; usize::try_from(world.size()).unwrap_or(0)],
                 closed: false,
                 world,
             }),
@@ -394,6 +396,8 @@ impl Client {
             ring.into_iter().for_each(Sending::abandon);
             return Err(e);
         }
+        // A long stream kept the proxy busy: its heartbeats are read now.
+        self.drain(rank);
         self.wait(rank, id, what)
     }
 
@@ -448,8 +452,10 @@ impl Client {
             if let Some(probed) = probed {
                 let n = probed.1.count(u8::equivalent_datatype()) as usize;
                 if n == 0 {
-                    // The end of the stream.
+                    // The end of the stream; a long one kept the proxy busy, and its
+                    // heartbeats are read now.
                     drop(probed.matched_receive_vec::<u8>());
+                    link.drain_alive(rank);
                     break;
                 }
                 if n > dst.len() - got {
@@ -483,6 +489,14 @@ impl Client {
             )));
         }
         Ok(reply)
+    }
+
+    /// Reads the heartbeats `rank` sent.
+    fn drain(&self, rank: i32) {
+        let mut link = lock(&self.link);
+        if link.open().is_ok() {
+            link.drain_alive(rank);
+        }
     }
 
     fn stream_lock(&self, rank: i32) -> Result<&Mutex<ChunkPool>> {
@@ -542,15 +556,23 @@ impl Client {
                     Some(probed) => {
                         let bytes = probed.matched_receive_vec::<u8>().0;
                         link.hear(rank);
-                        link.undrained += 1;
-                        if link.undrained >= DRAIN_EVERY || backoff.spent() {
+                        let quick = link.undrained.get_mut(rank as usize).is_some_and(|n| {
+                            *n += 1;
+                            *n < DRAIN_EVERY
+                        });
+                        if !quick || backoff.spent() {
                             link.drain_alive(rank);
                         }
                         let (got, reply) = Reply::decode(&bytes).map_err(|e| {
                             e.context(format!("a reply of proxy rank {rank} (waiting for {what})"))
                         })?;
                         match reply {
-                            Reply::Output { bytes } => Some(bytes),
+                            Reply::Output { bytes } => {
+                                // Under the lock: no other thread receives the reply it
+                                // precedes (and goes on) before it is written.
+                                print_c_stdout(&bytes);
+                                true
+                            }
                             reply if id.is_none_or(|id| id == got) => return Ok(reply),
                             reply => {
                                 link.kept.insert((rank, got), reply);
@@ -558,13 +580,10 @@ impl Client {
                             }
                         }
                     }
-                    None => None,
+                    None => false,
                 }
             };
-            if let Some(bytes) = output {
-                // Written outside the lock (a full pipe may block the write), before any
-                // reply received after it.
-                print_c_stdout(&bytes);
+            if output {
                 continue;
             }
             if polls % CLOCK_EVERY == 0
@@ -604,8 +623,6 @@ impl Client {
     }
 }
 
-/// The devices of rank `rank`'s hello; another version, or a message that is no hello, is an
-/// error naming the rank.
 /// Writes a proxy's output to this process's C `stdout` stream (buffered as the program's own
 /// `printf`, so a region's lines land between the program's as they would locally).
 fn print_c_stdout(bytes: &[u8]) {
@@ -618,6 +635,8 @@ fn print_c_stdout(bytes: &[u8]) {
     unsafe { libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), stdout) };
 }
 
+/// The devices of rank `rank`'s hello; another version, or a message that is no hello, is an
+/// error naming the rank.
 fn hello_devices(rank: i32, bytes: &[u8]) -> Result<Vec<RemoteDevice>> {
     // The version is read before the message is decoded: a proxy of another version has
     // another layout, and the error must say which versions met.

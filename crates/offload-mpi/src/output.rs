@@ -7,21 +7,27 @@
 //! [`capture`] points file descriptor 1 at a pipe. A thread of its own reads the pipe as it
 //! fills (a kernel printing more than a pipe holds never blocks); [`take`], after each
 //! request, flushes C's `stdout` and collects the rest. It costs no system call when nothing
-//! was printed: C's stream (buffered in a megabyte) says what it holds (`__fpending`), and the
-//! reading thread says whether the pipe woke it. Bytes written to the descriptor itself
-//! (Rust's `println!`) in the last instant before a reply, before the reading thread woke, may
-//! come with the next reply instead; so may the end of a request's output through C's
-//! `stdout` (or C++'s `std::cout`, which writes through it) that filled the stream's buffer
-//! exactly. Everything else comes in order, and nothing is lost: what no reply carried is
-//! written to the proxy's own output at its end ([`release`]).
+//! was printed: C's stream (buffered in a megabyte) says what it holds (`__fpending`, under
+//! the stream's lock), and the reading thread says whether the pipe woke it. Bytes written to
+//! the descriptor itself (Rust's `println!`) in the last instant before a reply, before the
+//! reading thread woke, may come with the next reply instead; so may the end of a request's
+//! output through C's `stdout` (or C++'s `std::cout`, which writes through it) that filled the
+//! stream's buffer exactly. Everything else comes in order.
+//!
+//! At the proxy's end ([`release`], an exit handler, also run before the proxy's `_exit`),
+//! what no reply carried goes to the proxy's own output, and so does everything printed after
+//! (file descriptor 1 is given back). Lost, as a local program's would be: what a proxy that is
+//! killed or crashes had not flushed; and what was sent to a program that took no more
+//! replies (it ended, or gave the proxy up).
 
 use offload_core::sync::lock;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// The most bytes kept for the program. More (a region printing faster than replies carry it
-/// away) go to the proxy's own standard output as they come, where `mpirun` forwards them.
+/// The most bytes kept for the program. Past it (a region printing faster than replies carry
+/// it away) what is kept goes to the proxy's own standard output, where `mpirun` forwards it
+/// beside the program's; one reply carries at most this much and a read.
 const KEEP: usize = 16 << 20;
 
 /// The size of C's `stdout` buffer in a proxy.
@@ -43,6 +49,8 @@ static CAPTURED: OnceLock<Captured> = OnceLock::new();
 unsafe extern "C" {
     static stdout: *mut libc::FILE;
     fn __fpending(stream: *mut libc::FILE) -> libc::size_t;
+    fn flockfile(stream: *mut libc::FILE);
+    fn funlockfile(stream: *mut libc::FILE);
 }
 
 /// Points file descriptor 1 at a pipe whose bytes [`take`] returns. Once per process.
@@ -71,9 +79,11 @@ pub fn capture() -> std::io::Result<()> {
         }
         libc::close(fds[1]);
         // Fully buffered in a megabyte: what one request prints usually stays in the stream
-        // until `take` (the pipe then holds nothing to wait for).
+        // until `take` (the pipe then holds nothing to wait for). (ISO C wants setvbuf before
+        // any other use of the stream; glibc and musl take it after a flush. If it fails, the
+        // stream keeps its buffer and only the fast path gets rarer.)
         let buf: &'static mut [u8] = Box::leak(vec![0u8; STREAM_BUFFER].into_boxed_slice());
-        libc::setvbuf(stdout, buf.as_mut_ptr().cast(), libc::_IOFBF, buf.len());
+        let _ = libc::setvbuf(stdout, buf.as_mut_ptr().cast(), libc::_IOFBF, buf.len());
         let flags = libc::fcntl(fds[0], libc::F_GETFL);
         libc::fcntl(fds[0], libc::F_SETFL, flags | libc::O_NONBLOCK);
         let _ = CAPTURED.set(Captured {
@@ -83,10 +93,32 @@ pub fn capture() -> std::io::Result<()> {
             seen: AtomicBool::new(false),
         });
     }
-    std::thread::Builder::new()
+    if let Err(e) = std::thread::Builder::new()
         .name("offload-mpi-output".into())
-        .spawn(reader)?;
+        .spawn(reader)
+    {
+        // Nobody would drain the pipe: the descriptor goes back.
+        restore();
+        return Err(e);
+    }
+    extern "C" fn at_exit() {
+        release();
+    }
+    // SAFETY: registers a handler that only flushes, reads and writes descriptors.
+    unsafe { libc::atexit(at_exit) };
     Ok(())
+}
+
+/// Gives file descriptor 1 back (C's `stdout` flushed first into the pipe).
+fn restore() {
+    if let Some(c) = CAPTURED.get() {
+        // SAFETY: descriptors this module owns; the pipe's write end closes with the dup2,
+        // which ends the reading thread.
+        unsafe {
+            libc::fflush(stdout);
+            libc::dup2(c.original, 1);
+        }
+    }
 }
 
 /// Reads the pipe as it fills.
@@ -100,32 +132,37 @@ fn reader() {
         };
         // SAFETY: one valid pollfd.
         let r = unsafe { libc::poll(&mut p, 1, -1) };
-        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return;
+        if r < 0 {
+            // (EINTR, or no memory for a moment: a reader that gave up would leave printing
+            // threads blocked on a full pipe.)
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
         }
         if p.revents & libc::POLLIN != 0 {
             // Before the lock: a `take` waiting for it reads the pipe itself.
             c.seen.store(true, Ordering::Release);
         }
         let mut kept = lock(&c.kept);
-        if !read_available(c.read, &mut kept)
-            && p.revents & libc::POLLIN == 0
-            && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
-        {
+        if read_available(c.read, &mut kept) {
+            // Again under the lock: a `take` since the first store cleared it.
+            c.seen.store(true, Ordering::Release);
+        } else if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            // The write end is closed: the descriptor was given back.
             return;
         }
-        if kept.len() > KEEP {
+        if kept.len() >= KEEP {
             write_all(c.original, &kept);
             kept.clear();
         }
     }
 }
 
-/// Appends what the pipe holds now to `kept`; whether there was anything.
+/// Appends what the pipe holds now to `kept`, up to [`KEEP`] bytes kept; whether there was
+/// anything.
 fn read_available(fd: RawFd, kept: &mut Vec<u8>) -> bool {
     let mut any = false;
     let mut buf = [0u8; 64 << 10];
-    loop {
+    while kept.len() < KEEP {
         // SAFETY: `buf` is writable for its length.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
         if n > 0 {
@@ -136,8 +173,9 @@ fn read_available(fd: RawFd, kept: &mut Vec<u8>) -> bool {
         if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;
         }
-        return any;
+        break;
     }
+    any
 }
 
 fn write_all(fd: RawFd, mut bytes: &[u8]) {
@@ -159,8 +197,13 @@ fn write_all(fd: RawFd, mut bytes: &[u8]) {
 /// then without a system call. `None` too when the output is not captured.
 pub fn take() -> Option<Vec<u8>> {
     let c = CAPTURED.get()?;
-    // SAFETY: `stdout` is the C library's stream; __fpending only reads its state.
-    let pending = unsafe { __fpending(stdout) } > 0;
+    // SAFETY: `stdout` is the C library's stream; __fpending reads its state under its lock.
+    let pending = unsafe {
+        flockfile(stdout);
+        let n = __fpending(stdout);
+        funlockfile(stdout);
+        n
+    } > 0;
     if !pending && !c.seen.load(Ordering::Acquire) {
         return None;
     }
@@ -172,11 +215,17 @@ pub fn take() -> Option<Vec<u8>> {
     (!kept.is_empty()).then(|| std::mem::take(&mut *kept))
 }
 
-/// At the proxy's end: what no reply carried goes to the proxy's own standard output.
+/// At the proxy's end: what no reply carried goes to the proxy's own standard output, and
+/// file descriptor 1 goes back to it (what is printed later goes there at once). Run at exit;
+/// call it before `_exit`.
 pub fn release() {
-    if let Some(bytes) = take()
-        && let Some(c) = CAPTURED.get()
-    {
-        write_all(c.original, &bytes);
+    let Some(c) = CAPTURED.get() else { return };
+    restore();
+    let mut kept = lock(&c.kept);
+    while read_available(c.read, &mut kept) {
+        write_all(c.original, &kept);
+        kept.clear();
     }
+    write_all(c.original, &kept);
+    kept.clear();
 }

@@ -127,7 +127,6 @@ fn main() {
             TAG_REQUEST => {}
             // One byte: a rank of the job died, and MPI_Finalize would wait for it.
             TAG_SHUTDOWN if !bytes.is_empty() => {
-                output::release();
                 let _mpi = lock(&MPI);
                 STOPPED.store(true, Ordering::Release);
                 std::process::exit(0)
@@ -184,7 +183,6 @@ fn main() {
         }
         BUSY.store(false, Ordering::Release);
     }
-    output::release();
     // MPI ends with no heartbeat in flight (MPI_Finalize is an MPI call like the others).
     let _mpi = lock(&MPI);
     STOPPED.store(true, Ordering::Release);
@@ -415,6 +413,8 @@ impl Data for MpiData<'_> {
 fn lent_for_good(timeout: Duration) -> ! {
     let _mpi = lock(&MPI);
     STOPPED.store(true, Ordering::Release);
+    // `_exit` runs no exit handler: what the node printed goes to mpirun first.
+    output::release();
     eprintln!(
         "offload-mpi-proxy (rank {}): the program took no chunk of a read stream in {timeout:?} \
          (OFFLOAD_MPI_TIMEOUT); the proxy ends (MPI may still read the device memory it sent \
