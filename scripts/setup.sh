@@ -13,7 +13,9 @@ need_apt=()
 # against; spirv-tools: spirv-as and spirv-val, which make and check the tests' SPIR-V.
 # libopenmpi-dev / openmpi-bin: Open MPI, which crates/offload-mpi builds against (the mpi
 # crate) and whose mpirun starts the remote-device tests' jobs.
-for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config libhsa-runtime64-1 libhsa-runtime-dev libomp-19-dev libze1 libze-dev spirv-tools libopenmpi-dev openmpi-bin; do
+# redis-server: the Redis that the JIT's remote-cache tests and bench start themselves (never
+# the system's service); openssl makes the TLS test's self-signed certificate.
+for pkg in clang-19 lld-19 llvm-19-dev libffi-dev pkg-config libhsa-runtime64-1 libhsa-runtime-dev libomp-19-dev libze1 libze-dev spirv-tools libopenmpi-dev openmpi-bin redis-server openssl; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     need_apt+=("$pkg")
   fi

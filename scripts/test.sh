@@ -43,7 +43,7 @@ run_group() {
 }
 
 run_group core    -p offload-core -p offload-abi -p offload -p offload-cli
-run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation) | binary(jit_disk_cache)'
+run_group jit     -p offload-jit -p offload-jit-client -p offload-tests -E 'package(offload-jit) | package(offload-jit-client) | binary(jit_isolation) | binary(jit_disk_cache) | binary(jit_remote)'
 run_group layer   -p plugin-common
 run_group host    -p plugin-host-elf -p offload-examples -p offload-tests -E 'package(plugin-host-elf) | package(offload-examples) | binary(device_layer) | binary(containers) | binary(host_kernels) | binary(runtime_api) | binary(launch_builder) | binary(examples) | binary(compile_fail) | binary(queue_model) | binary(malformed_images) | binary(command_line) | binary(kernel_header) | binary(offload_tests) | binary(jit_host) | binary(jit_concurrency) | binary(jit_memory) | binary(hostile) | binary(host_work_groups) | binary(host_barrier_regions) | binary(host_item_bounds) | binary(host_wait) | binary(jit_split) | binary(diagnostics)'
 run_group testdev -p offload-tests -E 'binary(plugin_abi)'
@@ -197,7 +197,10 @@ echo "      mid-launch and mid-copy (with and without recovery)"
 echo "(jit: the engine, its client and the worker process, incl. PTX/AMDGPU/x86-64 oracle tests against"
 echo " opt-19|llc-19 through the worker, and the isolation tests: LLVM aborts, memory bombs, runaway compiles,"
 echo " killed workers, bitcode mutants; the disk cache across processes: warm starts without LLVM, bad entries,"
-echo " one compile per key among 4 processes x 4 threads, the size cap, untrusted directories; nvptx64 and"
+echo " one compile per key among 4 processes x 4 threads, the size cap, untrusted directories; the remote"
+echo " cache on a redis-server each test starts: nodes sharing compiles, 4 nodes x 4 threads compiling each"
+echo " key once, a holder SIGKILLed mid-compile, refused values (corrupted, misplaced, unsigned, wrong MAC),"
+echo " a Redis down, SIGSTOPped, full or answering garbage, TLS, a password file; nvptx64 and"
 echo " amdgcn builds of include/offload_kernel.h are checked in"
 echo " the host group: kernel_header)"
 echo "openmp: the drop-in libomptarget.so.19.1 on the host plugin: OpenMP programs built by clang-19, mutated"

@@ -1192,3 +1192,184 @@ pub fn synthetic_zebin(kernels: &[(&str, u32, u32)], ze_info: Option<&str>) -> V
     bytes[18..20].copy_from_slice(&offload_core::image::machine::INTELGT.to_le_bytes());
     bytes
 }
+/// `offload-test-loader` (tests/src/bin): loads images on the host device from threads and
+/// prints what the JIT did, as JSON.
+pub fn loader() -> PathBuf {
+    build_dir().join("offload-test-loader")
+}
+
+/// The four images of the JIT cache tests: `which` kernels that write `BASE + work item` for four
+/// different bases (four keys).
+pub fn which_images() -> Vec<(PathBuf, &'static str)> {
+    let dir = scratch("disk-cache-images");
+    ["a000", "b000", "c000", "d000"]
+        .into_iter()
+        .map(|base| {
+            let c = dir.join(format!("which_{base}.c"));
+            let bc = dir.join(format!("which_{base}.bc"));
+            if !bc.exists() {
+                std::fs::write(
+                    &c,
+                    format!(
+                        "#include \"offload_kernel.h\"\n\
+                         OFFLOAD_KERNEL void which(unsigned *out) {{ \
+                         out[offload_global_id_x()] = 0x{base}u + offload_global_id_x(); }}\n"
+                    ),
+                )
+                .unwrap();
+                let include = repo_root().join("include");
+                clang(&[
+                    "-O2",
+                    "-fPIC",
+                    "-emit-llvm",
+                    "-c",
+                    "-I",
+                    include.to_str().unwrap(),
+                    c.to_str().unwrap(),
+                    "-o",
+                    bc.to_str().unwrap(),
+                ]);
+            }
+            (bc, base)
+        })
+        .collect()
+}
+
+/// `offload-test-loader` with `threads` threads over `images`, on the host plugin only.
+pub fn run_loader(threads: usize, images: &[(PathBuf, &str)], env: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(loader());
+    cmd.arg(threads.to_string());
+    for (p, v) in images {
+        cmd.arg(format!("{}={v}", p.display()));
+    }
+    cmd.env_remove("OFFLOAD_PLUGIN_PATH")
+        .env_remove("OFFLOAD_PLUGINS")
+        .env("OFFLOAD_PLUGINS", "host");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// The loader's JSON (it must have succeeded).
+pub fn loader_json(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "loader failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `redis-server` or `redis-cli` (Debian's redis-server package; a missing one fails naming it).
+pub fn redis_bin(name: &str) -> PathBuf {
+    ["/usr/bin", "/usr/local/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} (Debian's redis-server, which scripts/setup.sh installs) is not installed"
+            )
+        })
+}
+
+/// A `redis-server` of the test's own, ended (SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct Redis {
+    child: std::process::Child,
+    /// Its directory (configuration, log, socket).
+    pub dir: PathBuf,
+    /// `redis+unix://…` or `rediss://…`.
+    pub url: String,
+    /// `redis-cli` arguments that reach it.
+    pub cli: Vec<String>,
+}
+
+impl Redis {
+    /// On a unix socket, with `conf` lines added to its configuration.
+    pub fn start(tag: &str, conf: &[&str]) -> Redis {
+        let dir = scratch("redis").join(tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("redis.sock");
+        let mut lines = vec![
+            "port 0".to_string(),
+            format!("unixsocket {}", sock.display()),
+            "unixsocketperm 700".into(),
+            format!("dir {}", dir.display()),
+            "save \"\"".into(),
+            "appendonly no".into(),
+            "daemonize no".into(),
+        ];
+        lines.extend(conf.iter().map(|s| s.to_string()));
+        let url = format!("redis+unix://{}", sock.display());
+        let cli = vec!["-s".into(), sock.display().to_string()];
+        let _ = std::fs::remove_file(&sock);
+        Redis::run(dir, lines, url, cli)
+    }
+
+    /// Starts the server of this configuration and waits until `redis-cli` reaches it.
+    pub fn run(dir: PathBuf, lines: Vec<String>, url: String, cli: Vec<String>) -> Redis {
+        let conf = dir.join("redis.conf");
+        std::fs::write(&conf, lines.join("\n") + "\n").unwrap();
+        let log = std::fs::File::create(dir.join("redis.log")).unwrap();
+        let child = Command::new(redis_bin("redis-server"))
+            .arg(&conf)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start redis-server");
+        let r = Redis {
+            child,
+            dir,
+            url,
+            cli,
+        };
+        let started = std::time::Instant::now();
+        while r.cli(&["PING"]).trim() != "PONG" {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "redis-server did not start: {}",
+                std::fs::read_to_string(r.dir.join("redis.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        r
+    }
+
+    /// `redis-cli` with these arguments: its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let o = Command::new(redis_bin("redis-cli"))
+            .args(&self.cli)
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The keys matching `pattern`, sorted.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut k: Vec<String> = self
+            .cli(&["--scan", "--pattern", pattern])
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect();
+        k.sort();
+        k
+    }
+
+    /// Sends the server `sig`.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -12,10 +12,6 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn loader() -> PathBuf {
-    build_dir().join("offload-test-loader")
-}
-
 /// A fresh cache directory (not created: the cache makes it).
 fn cache_dir(tag: &str) -> PathBuf {
     scratch("disk-cache").join(tag)
@@ -26,68 +22,6 @@ fn cache_env(dir: &Path) -> Vec<(&'static str, String)> {
         ("OFFLOAD_CACHE", "1".into()),
         ("OFFLOAD_CACHE_DIR", dir.display().to_string()),
     ]
-}
-
-/// The four images of these tests: `which` kernels that write `BASE + work item` for four
-/// different bases (four keys).
-fn images() -> Vec<(PathBuf, &'static str)> {
-    let dir = scratch("disk-cache-images");
-    ["a000", "b000", "c000", "d000"]
-        .into_iter()
-        .map(|base| {
-            let c = dir.join(format!("which_{base}.c"));
-            let bc = dir.join(format!("which_{base}.bc"));
-            if !bc.exists() {
-                std::fs::write(
-                    &c,
-                    format!(
-                        "#include \"offload_kernel.h\"\n\
-                         OFFLOAD_KERNEL void which(unsigned *out) {{ \
-                         out[offload_global_id_x()] = 0x{base}u + offload_global_id_x(); }}\n"
-                    ),
-                )
-                .unwrap();
-                let include = repo_root().join("include");
-                clang(&[
-                    "-O2",
-                    "-fPIC",
-                    "-emit-llvm",
-                    "-c",
-                    "-I",
-                    include.to_str().unwrap(),
-                    c.to_str().unwrap(),
-                    "-o",
-                    bc.to_str().unwrap(),
-                ]);
-            }
-            (bc, base)
-        })
-        .collect()
-}
-
-fn run_loader(threads: usize, images: &[(PathBuf, &str)], env: &[(&str, String)]) -> Command {
-    let mut cmd = Command::new(loader());
-    cmd.arg(threads.to_string());
-    for (p, v) in images {
-        cmd.arg(format!("{}={v}", p.display()));
-    }
-    cmd.env_remove("OFFLOAD_PLUGIN_PATH")
-        .env_remove("OFFLOAD_PLUGINS")
-        .env("OFFLOAD_PLUGINS", "host");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-fn loader_json(o: &Output) -> Value {
-    assert!(
-        o.status.success(),
-        "loader failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 fn offload_env(args: &[&str], env: &[(&str, String)]) -> Output {
@@ -134,7 +68,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
 fn a_warm_process_compiles_nothing_starts_no_worker_and_maps_no_llvm() {
     let dir = cache_dir("warm");
     let env = cache_env(&dir);
-    let imgs = images();
+    let imgs = which_images();
     let cold = loader_json(&run_loader(1, &imgs, &env).output().unwrap());
     assert_eq!(cold["compiles"], 4, "{cold}");
     assert_eq!(cold["worker_started"], true, "{cold}");
@@ -218,7 +152,7 @@ fn a_warm_process_compiles_nothing_starts_no_worker_and_maps_no_llvm() {
 
 #[test]
 fn bad_entries_are_found_removed_and_compiled_again() {
-    let image = &images()[0].0;
+    let image = &which_images()[0].0;
     let scratch = scratch("disk-cache-bad");
     for (n, what) in [
         "truncated",
@@ -247,7 +181,7 @@ fn bad_entries_are_found_removed_and_compiled_again() {
                 // An entry of another image under this one's name.
                 let other = cache_dir(&format!("bad-{n}-other"));
                 run_which(
-                    &images()[1].0,
+                    &which_images()[1].0,
                     &scratch.join(format!("{n}o")),
                     &cache_env(&other),
                 );
@@ -302,7 +236,7 @@ fn processes_that_miss_together_compile_each_key_once() {
     let dir = cache_dir("many");
     let mut env = cache_env(&dir);
     env.push(("OFFLOAD_INFO", "jit".into()));
-    let imgs = images();
+    let imgs = which_images();
     let children: Vec<_> = (0..4)
         .map(|_| {
             run_loader(4, &imgs, &env)
@@ -374,7 +308,7 @@ fn processes_that_miss_together_compile_each_key_once() {
 fn the_size_cap_holds_and_pruning_deletes_only_the_caches_files() {
     let dir = cache_dir("cap");
     let mut env = cache_env(&dir);
-    let imgs = images();
+    let imgs = which_images();
     loader_json(&run_loader(1, &imgs, &env).output().unwrap());
     let sizes: Vec<u64> = entries(&dir)
         .iter()
@@ -439,7 +373,7 @@ fn the_size_cap_holds_and_pruning_deletes_only_the_caches_files() {
 #[test]
 fn untrusted_and_unusable_directories_never_fail_a_compile() {
     use std::os::unix::fs::PermissionsExt;
-    let image = &images()[0].0;
+    let image = &which_images()[0].0;
     let scratch = scratch("disk-cache-trust");
     let dir = cache_dir("trust");
     let env = cache_env(&dir);
@@ -472,7 +406,7 @@ fn untrusted_and_unusable_directories_never_fail_a_compile() {
     let before = entries(&dir).len();
     let (r, _) = run_which(image, &scratch.join("e"), &ro);
     assert_eq!(r["jit"]["disk_hits"], 1, "{r}");
-    let (r, _) = run_which(&images()[3].0, &scratch.join("f"), &ro);
+    let (r, _) = run_which(&which_images()[3].0, &scratch.join("f"), &ro);
     assert_eq!(r["jit"]["compiles"], 1, "{r}");
     assert_eq!(entries(&dir).len(), before);
 }
@@ -490,7 +424,7 @@ fn next(s: &mut u64) -> u64 {
 /// never crash `offload` (seeded; `OFFLOAD_TEST_SEED` reruns one).
 #[test]
 fn cache_variables_are_checked() {
-    let image = &images()[0].0;
+    let image = &which_images()[0].0;
     let dir = cache_dir("vars");
     for (var, value) in [
         ("OFFLOAD_CACHE", "maybe"),

@@ -95,16 +95,16 @@ impl Cache {
         key: CacheKey,
         compile: impl FnOnce() -> std::result::Result<CompileOutput, CompileError>,
     ) -> Result<(Arc<CompiledImage>, Served)> {
-        self.get_or_produce(key, || compile().map(|o| (o, false)))
+        self.get_or_produce(key, || compile().map(|o| (o, Served::Compiled)))
     }
 
     /// [`get_or_compile`](Self::get_or_compile) with a producer that may find the image
-    /// elsewhere (the disk): it says whether it did (`true`: served as a disk hit, not counted
-    /// as a compile).
+    /// elsewhere: it says where ([`Served::Compiled`], or [`Served::DiskHit`] or
+    /// [`Served::RemoteHit`], which are not counted as compiles).
     pub fn get_or_produce(
         &self,
         key: CacheKey,
-        produce: impl FnOnce() -> std::result::Result<(CompileOutput, bool), CompileError>,
+        produce: impl FnOnce() -> std::result::Result<(CompileOutput, Served), CompileError>,
     ) -> Result<(Arc<CompiledImage>, Served)> {
         let flight = {
             let mut inner = lock(&self.inner);
@@ -148,7 +148,7 @@ impl Cache {
         // hanging, so it is turned into an error here.
         let started = Instant::now();
         let mut remember = false;
-        let mut from_disk = false;
+        let mut source = Served::Compiled;
         let outcome = offload_core::panic::catch(produce)
             .unwrap_or_else(|m| {
                 Err(Error::CompileFailure(format!("the compiler panicked: {m}")).into())
@@ -157,8 +157,8 @@ impl Cache {
                 remember = e.remember;
                 e.error
             })
-            .map(|(out, disk)| {
-                from_disk = disk;
+            .map(|(out, from)| {
+                source = from;
                 Arc::new(CompiledImage {
                     key,
                     bytes: out.bytes,
@@ -170,6 +170,7 @@ impl Cache {
         {
             let mut inner = lock(&self.inner);
             inner.stats.in_flight -= 1;
+            let from_disk = source != Served::Compiled;
             if !from_disk {
                 inner.stats.compile_ns += started.elapsed().as_nanos() as u64;
             }
@@ -211,16 +212,7 @@ impl Cache {
         }
         *lock(&flight.result) = Some(outcome.clone());
         flight.done.notify_all();
-        outcome.map(|image| {
-            (
-                image,
-                if from_disk {
-                    Served::DiskHit
-                } else {
-                    Served::Compiled
-                },
-            )
-        })
+        outcome.map(|image| (image, source))
     }
 
     fn wait(flight: &Flight) -> Outcome {

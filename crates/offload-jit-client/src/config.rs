@@ -205,6 +205,8 @@ pub struct JitConfig {
     pub limits: crate::limits::WorkerLimits,
     /// The disk cache.
     pub disk: DiskConfig,
+    /// The remote tier (`OFFLOAD_CACHE_REMOTE`), if any.
+    pub remote: Option<crate::remote::RemoteConfig>,
 }
 
 impl Default for JitConfig {
@@ -227,6 +229,7 @@ impl Default for JitConfig {
                 trust: false,
                 note: None,
             },
+            remote: None,
         }
     }
 }
@@ -367,6 +370,7 @@ impl JitConfig {
             timeout: timeout()?,
             limits: crate::limits::WorkerLimits::from_env()?,
             disk: DiskConfig::from_env()?,
+            remote: crate::remote::RemoteConfig::from_env()?,
         })
     }
 }

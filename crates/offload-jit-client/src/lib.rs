@@ -22,12 +22,14 @@ pub mod inprocess;
 pub mod key;
 pub mod limits;
 pub mod ptxas;
+pub mod remote;
 pub mod worker;
 
 pub use cache::{Cache, CompileError};
 pub use config::{DiskConfig, DiskMode, Isolation, JitConfig};
 pub use disk::{DiskCache, DiskStats};
 pub use key::KeyBuilder;
+pub use remote::{RemoteCache, RemoteConfig, RemoteStats};
 pub use worker::WorkerStats;
 
 use offload_core::jit::protocol;
@@ -73,8 +75,10 @@ pub struct JitClient {
     cache: Cache,
     search_dirs: Mutex<Vec<PathBuf>>,
     backend: OnceLock<std::result::Result<Backend, Error>>,
-    requesters: Mutex<HashMap<String, (JitStats, u64)>>,
+    requesters: Mutex<HashMap<String, (JitStats, u64, u64)>>,
     disk: DiskCache,
+    /// The remote tier (`OFFLOAD_CACHE_REMOTE`).
+    remote: Option<RemoteCache>,
     /// The toolchain's part of disk keys (`None`: the engine could not be found, so nothing
     /// compiles and the disk is not used).
     toolchain: OnceLock<Option<[u8; 32]>>,
@@ -100,8 +104,14 @@ impl JitClient {
                 .as_ref()
                 .map_or_else(|_| JitConfig::default().disk, |c| c.disk.clone()),
         );
+        let remote = config
+            .as_ref()
+            .ok()
+            .and_then(|c| c.remote.clone())
+            .map(RemoteCache::new);
         JitClient {
             config,
+            remote,
             cache: Cache::new(capacity),
             search_dirs: Mutex::new(search_dirs),
             backend: OnceLock::new(),
@@ -126,6 +136,11 @@ impl JitClient {
         &self.disk
     }
 
+    /// The remote cache, if one is configured.
+    pub fn remote(&self) -> Option<&RemoteCache> {
+        self.remote.as_ref()
+    }
+
     /// The toolchain identity: the engine's contents (the worker, or the in-process engine
     /// library) and the LLVM library's file, computed once, without loading LLVM (see
     /// [`disk`]).
@@ -144,23 +159,27 @@ impl JitClient {
         })
     }
 
-    /// The disk key of a request whose in-memory key is `key`: that key, the toolchain, the
-    /// post-processing tool's file and the entry schema. `None` when the disk is not to be used
-    /// for it (off, unusable, or the request asks for IR dumps, which only a compile writes).
+    /// The key a request whose in-memory key is `key` has on disk and in the remote cache:
+    /// that key, the toolchain, the post-processing tool's file and the entry schema. `None`
+    /// when neither is to be used for it (the disk off or unusable and no remote, or the
+    /// request asks for IR dumps, which only a compile writes).
     fn disk_key(
         &self,
         config: &JitConfig,
         request: &CompileRequest<'_>,
         key: &CacheKey,
     ) -> Option<CacheKey> {
-        if config.disk.mode == DiskMode::Off
-            || config.options.pre_opt_ir.is_some()
+        if config.options.pre_opt_ir.is_some()
             || config.options.post_opt_ir.is_some()
-            || self.disk.usable().is_err()
+            || (!self.disk_in_use(config) && self.remote.is_none())
         {
             return None;
         }
         Some(key::disk_key(key, &self.toolchain()?, &request.post))
+    }
+
+    fn disk_in_use(&self, config: &JitConfig) -> bool {
+        config.disk.mode != DiskMode::Off && self.disk.usable().is_ok()
     }
 
     /// Adds directories to look for the worker in (the runtime adds its plugin directories).
@@ -247,10 +266,11 @@ impl JitClient {
         let result = self.compile_inner(request);
         let mut all = lock(&self.requesters);
         let stats = all.entry(requester.to_string()).or_default();
-        let (stats, disk_hits) = (&mut stats.0, &mut stats.1);
+        let (stats, disk_hits, remote_hits) = (&mut stats.0, &mut stats.1, &mut stats.2);
         match &result {
             Ok(out) => match out.served {
                 Served::DiskHit => *disk_hits += 1,
+                Served::RemoteHit => *remote_hits += 1,
                 Served::MemoryHit => stats.memory_hits += 1,
                 Served::SharedCompile => stats.shared_waits += 1,
                 Served::Compiled => {
@@ -324,8 +344,8 @@ impl JitClient {
                     }
                 })
             };
-            // The disk before any worker is started.
-            let (output, from_disk) = match self.disk_key(config, request, &key) {
+            // The disk, then the remote, before any worker is started.
+            let (output, source) = match self.disk_key(config, request, &key) {
                 Some(disk_key) => {
                     let label = format!(
                         "{} {} {}, {}-byte input",
@@ -334,14 +354,38 @@ impl JitClient {
                         request.post.id(),
                         request.image.len()
                     );
-                    self.disk.get_or_compile(&disk_key, &label, compile)?
+                    let from_remote = std::cell::Cell::new(false);
+                    // Under the disk's lock: one process of the machine asks the remote.
+                    let remote_or_compile = || match &self.remote {
+                        Some(r) => r
+                            .get_or_compile(&disk_key, &label, compile)
+                            .map(|(o, hit)| {
+                                from_remote.set(hit);
+                                o
+                            }),
+                        None => compile(),
+                    };
+                    let (output, from_disk) = if self.disk_in_use(config) {
+                        self.disk
+                            .get_or_compile(&disk_key, &label, remote_or_compile)?
+                    } else {
+                        (remote_or_compile()?, false)
+                    };
+                    let source = if from_disk {
+                        Served::DiskHit
+                    } else if from_remote.get() {
+                        Served::RemoteHit
+                    } else {
+                        Served::Compiled
+                    };
+                    (output, source)
                 }
-                None => (compile()?, false),
+                None => (compile()?, Served::Compiled),
             };
             if let Some(dir) = &config.save_image_dir {
                 save_image(dir, &key, request, &output)?;
             }
-            Ok((output, from_disk))
+            Ok((output, source))
         })?;
         tracing::info!(
             target: "offload::jit",
@@ -351,6 +395,7 @@ impl JitClient {
             match served {
                 Served::MemoryHit => "found in memory".to_string(),
                 Served::DiskHit => "read from the disk cache".to_string(),
+                Served::RemoteHit => "read from the remote cache".to_string(),
                 Served::SharedCompile => "another thread's compile, waited for".to_string(),
                 Served::Compiled => format!(
                     "compiled in {:.3} ms ({} bytes)",
@@ -370,6 +415,11 @@ impl JitClient {
     /// Requests of one requester served from the disk cache.
     pub fn disk_hits_for(&self, requester: &str) -> u64 {
         lock(&self.requesters).get(requester).map_or(0, |s| s.1)
+    }
+
+    /// Requests of one requester served from the remote cache.
+    pub fn remote_hits_for(&self, requester: &str) -> u64 {
+        lock(&self.requesters).get(requester).map_or(0, |s| s.2)
     }
 
     /// Counters of one requester (cache-wide sizes included); `None` if it never asked.

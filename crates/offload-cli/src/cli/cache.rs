@@ -1,10 +1,11 @@
 //! `offload cache stats|list|clear|prune [--json]`: the JIT's disk cache (the directory of
-//! `OFFLOAD_CACHE_DIR`, or `$XDG_CACHE_HOME/offload/jit`, or `~/.cache/offload/jit`).
+//! `OFFLOAD_CACHE_DIR`, or `$XDG_CACHE_HOME/offload/jit`, or `~/.cache/offload/jit`);
+//! `offload cache remote ping|stats|clear`: its remote tier (`OFFLOAD_CACHE_REMOTE`).
 
 use super::out::outln;
 use super::{Failure, human_bytes};
 use offload_core::text::printable;
-use offload_jit_client::{DiskCache, DiskConfig, DiskMode};
+use offload_jit_client::{DiskCache, DiskConfig, DiskMode, RemoteCache, RemoteConfig};
 use serde_json::json;
 use std::time::SystemTime;
 
@@ -26,6 +27,97 @@ pub enum CacheCommand {
     Clear,
     /// Delete least recently used entries until the cache is under OFFLOAD_CACHE_MAX_SIZE.
     Prune,
+    /// The remote cache of OFFLOAD_CACHE_REMOTE (a Redis): ping, stats, clear.
+    Remote {
+        #[command(subcommand)]
+        action: RemoteAction,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum RemoteAction {
+    /// Whether the server answers, and how fast.
+    Ping,
+    /// The server, whether entries are signed, and this namespace's entries and bytes.
+    Stats {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete every key of this cache's namespace (entries and locks; nothing else).
+    Clear,
+}
+
+/// `offload cache remote …`.
+fn remote(action: RemoteAction) -> Result<(), Failure> {
+    let Some(config) = RemoteConfig::from_env().map_err(Failure::input)? else {
+        return Err(Failure::Usage(format!(
+            "no remote cache: {} is not set (e.g. redis://host:6379/0)",
+            offload_jit_client::remote::REMOTE[0]
+        )));
+    };
+    let cache = RemoteCache::new(config);
+    let c = cache.config();
+    let signed = c.mac_key.is_some();
+    match action {
+        RemoteAction::Ping => {
+            let (answer, took) = cache.ping().map_err(Failure::Runtime)?;
+            outln!(
+                "{}: {answer} in {:.3} ms",
+                c.server,
+                took.as_secs_f64() * 1e3
+            );
+        }
+        RemoteAction::Stats { json } => {
+            let (entries, bytes) = cache.summary().map_err(Failure::Runtime)?;
+            if json {
+                outln!(
+                    "{}",
+                    json!({
+                        "server": c.server,
+                        "namespace": c.namespace,
+                        "signed": signed,
+                        "entries": entries,
+                        "bytes": bytes,
+                        "max_value": c.max_value,
+                    })
+                );
+                return Ok(());
+            }
+            outln!("remote   {} (namespace '{}')", c.server, c.namespace);
+            outln!(
+                "entries  {entries} ({}; values over {} are not stored)",
+                human_bytes(bytes),
+                human_bytes(c.max_value)
+            );
+            outln!("{}", signing(signed));
+        }
+        RemoteAction::Clear => {
+            let n = cache.clear().map_err(Failure::Runtime)?;
+            outln!(
+                "removed {n} key(s) of namespace '{}' from {}",
+                c.namespace,
+                c.server
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What signing means here, in one line.
+fn signing(signed: bool) -> String {
+    if signed {
+        format!(
+            "signing  on: only entries with a valid MAC ({}) are loaded",
+            offload_jit_client::remote::REMOTE_KEY_FILE[0]
+        )
+    } else {
+        format!(
+            "signing  OFF: anyone who can write to this Redis can run code in every process that \
+             reads from it (set {})",
+            offload_jit_client::remote::REMOTE_KEY_FILE[0]
+        )
+    }
 }
 
 fn age(t: SystemTime) -> String {
@@ -45,6 +137,10 @@ fn unix(t: SystemTime) -> u64 {
 
 pub fn cache(command: CacheCommand) -> Result<(), Failure> {
     offload::diagnostics::init(None).map_err(Failure::input)?;
+    if let CacheCommand::Remote { action } = command {
+        // Nothing of the disk's settings is needed.
+        return remote(action);
+    }
     let _progress = super::progress::start(matches!(
         command,
         CacheCommand::Stats { json: true } | CacheCommand::List { json: true }
@@ -74,10 +170,17 @@ pub fn cache(command: CacheCommand) -> Result<(), Failure> {
                 None
             };
             let s = summary.clone().unwrap_or_default();
+            // The remote tier, as configured (its contents: `offload cache remote stats`).
+            let remote = RemoteConfig::from_env().map_err(Failure::input)?;
             if json {
                 outln!(
                     "{}",
                     json!({
+                        "remote": remote.as_ref().map(|c| json!({
+                            "server": c.server,
+                            "namespace": c.namespace,
+                            "signed": c.mac_key.is_some(),
+                        })),
                         "dir": dir.display().to_string(),
                         "exists": exists,
                         "mode": mode.name(),
@@ -97,6 +200,20 @@ pub fn cache(command: CacheCommand) -> Result<(), Failure> {
                 mode.name(),
                 if config.trust { ", trusted" } else { "" }
             );
+            match &remote {
+                Some(c) => {
+                    outln!(
+                        "remote   {} (namespace '{}'; `offload cache remote stats` for its entries)",
+                        c.server,
+                        c.namespace
+                    );
+                    outln!("{}", signing(c.mac_key.is_some()));
+                }
+                None => outln!(
+                    "remote   off ({} unset)",
+                    offload_jit_client::remote::REMOTE[0]
+                ),
+            }
             if summary.is_none() {
                 outln!("entries  none (the directory does not exist yet)");
                 return Ok(());
@@ -197,6 +314,7 @@ pub fn cache(command: CacheCommand) -> Result<(), Failure> {
                 }
             );
         }
+        CacheCommand::Remote { action } => return remote(action),
     }
     Ok(())
 }

@@ -106,8 +106,17 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 Err(e) => json!({ "error": e.to_string() }),
             };
             let memory_limit = limits["address_space"]["value"].clone();
+            let remote_json = config.remote.as_ref().map(|c| {
+                json!({
+                    "server": c.server,
+                    "namespace": c.namespace,
+                    "signed": c.mac_key.is_some(),
+                    "max_value": c.max_value,
+                })
+            });
             json!({
                 "disk_cache": disk_json,
+                "remote_cache": remote_json,
                 "limits": limits,
                 "isolation": isolation,
                 "path": located.as_ref().ok().map(|p| p.display().to_string()),
@@ -238,6 +247,20 @@ pub fn info(as_json: bool) -> Result<(), Failure> {
                 printable(d["dir"].as_str().unwrap_or("?"))
             ),
         }
+    }
+    let r = &jit["remote_cache"];
+    if let Some(server) = r["server"].as_str() {
+        outln!(
+            "remote   {} (namespace '{}'), {}",
+            printable(server),
+            printable(r["namespace"].as_str().unwrap_or("?")),
+            if r["signed"].as_bool() == Some(true) {
+                "signed entries only"
+            } else {
+                "UNSIGNED: anyone who can write to it can run code in this process \
+                 (OFFLOAD_CACHE_REMOTE_KEY_FILE)"
+            }
+        );
     }
     for n in rt.notes() {
         outln!("note: {}", printable(n));

@@ -144,8 +144,12 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
                 "cpu": a.cpu,
                 "opt_level": opt_level,
                 "compile_ms": compile_ms,
-                // "compiled", or "disk" when the disk cache had it (no worker was started).
-                "served": if out.served == offload_core::jit::Served::DiskHit { "disk" } else { "compiled" },
+                // "compiled", or "disk" / "remote" when a cache had it (no worker was started).
+                "served": match out.served {
+                    offload_core::jit::Served::DiskHit => "disk",
+                    offload_core::jit::Served::RemoteHit => "remote",
+                    _ => "compiled",
+                },
             })
         );
         return Ok(());
@@ -159,10 +163,10 @@ pub fn jit(a: JitArgs) -> Result<(), Failure> {
         a.cpu,
         opt_level,
         compile_ms,
-        if out.served == offload_core::jit::Served::DiskHit {
-            " (from the disk cache)"
-        } else {
-            ""
+        match out.served {
+            offload_core::jit::Served::DiskHit => " (from the disk cache)",
+            offload_core::jit::Served::RemoteHit => " (from the remote cache)",
+            _ => "",
         }
     );
     Ok(())

@@ -109,6 +109,7 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
     let slot = rt.plugin(device.plugin_name())?;
     let jit_before = slot.jit_stats();
     let disk_before = rt.jit().disk_hits_for(device.plugin_name());
+    let remote_before = rt.jit().remote_hits_for(device.plugin_name());
     // SAFETY: `offload run` runs the image its user names, as a shell runs the program it is
     // given: the user trusts it (docs/cli.md says so).
     let program = unsafe { device.load_trusted(&image) }
@@ -205,6 +206,7 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
         _ => None,
     };
     let disk_hits = rt.jit().disk_hits_for(device.plugin_name()) - disk_before;
+    let remote_hits = rt.jit().remote_hits_for(device.plugin_name()) - remote_before;
     let worker_started = rt.jit().worker_stats().starts > 0;
 
     let info = device.info()?;
@@ -226,6 +228,7 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
             },
             "jit": jit.map(|(compiles, memory_hits, compile_ms)| json!({
                 "compiles": compiles, "memory_hits": memory_hits, "disk_hits": disk_hits,
+                "remote_hits": remote_hits,
                 "compile_ms": compile_ms,
                 // Whether this process started a JIT worker (none when every image was cached).
                 "worker_started": worker_started,
@@ -261,10 +264,10 @@ fn run_traced(a: RunArgs, total: Instant) -> Result<(), Failure> {
             if b.len > SHOWN { ", ..." } else { "" }
         );
     }
-    if let Some((compiles, hits, ms)) = jit.filter(|j| j.0 + j.1 + disk_hits > 0) {
+    if let Some((compiles, hits, ms)) = jit.filter(|j| j.0 + j.1 + disk_hits + remote_hits > 0) {
         outln!(
             "jit      {compiles} compile(s), {hits} memory hit(s), {disk_hits} disk hit(s), \
-             {ms:.3} ms compiling"
+             {remote_hits} remote hit(s), {ms:.3} ms compiling"
         );
     }
     outln!(

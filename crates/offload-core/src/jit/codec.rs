@@ -243,6 +243,7 @@ impl Served {
             Served::SharedCompile => 1,
             Served::Compiled => 2,
             Served::DiskHit => 3,
+            Served::RemoteHit => 4,
         }
     }
     /// From the wire code.
@@ -252,6 +253,7 @@ impl Served {
             1 => Served::SharedCompile,
             2 => Served::Compiled,
             3 => Served::DiskHit,
+            4 => Served::RemoteHit,
             _ => return None,
         })
     }

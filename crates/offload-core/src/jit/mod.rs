@@ -275,6 +275,8 @@ pub enum Served {
     Compiled,
     /// Read from the disk cache (written by this or another process, or by another node).
     DiskHit,
+    /// Read from the remote cache (a cluster's shared Redis), and written to the disk cache.
+    RemoteHit,
 }
 
 /// The result of a JIT request.
