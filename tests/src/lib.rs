@@ -1309,6 +1309,35 @@ impl Redis {
         Redis::run(dir, lines, url, cli)
     }
 
+    /// On `127.0.0.1:port` (replication needs TCP), with `conf` lines added.
+    pub fn start_tcp(tag: &str, port: u16, conf: &[&str]) -> Redis {
+        let dir = scratch("redis").join(tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut lines = vec![
+            format!("port {port}"),
+            "bind 127.0.0.1".to_string(),
+            format!("dir {}", dir.display()),
+            "save \"\"".into(),
+            "appendonly no".into(),
+            "daemonize no".into(),
+        ];
+        lines.extend(conf.iter().map(|s| s.to_string()));
+        let url = format!("redis://127.0.0.1:{port}");
+        let cli = vec![
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+        ];
+        Redis::run(dir, lines, url, cli)
+    }
+
+    /// Kills the server now (SIGKILL).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Starts the server of this configuration and waits until `redis-cli` reaches it.
     pub fn run(dir: PathBuf, lines: Vec<String>, url: String, cli: Vec<String>) -> Redis {
         let conf = dir.join("redis.conf");

@@ -559,3 +559,69 @@ fn remote_variables_are_checked() {
         assert!(stderr(&o).contains(says), "{k}={v}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn a_redis_killed_mid_compile_and_a_read_only_replica_cost_only_time() {
+    // Killed while a process holds the lock and compiles: its store fails with one warning,
+    // and its results are right.
+    let mut redis = Redis::start("killed-mid-run", &[]);
+    let worker = slow_worker();
+    let images = which_images();
+    let env = with(
+        node_env("mid-0", &redis.url),
+        &[("OFFLOAD_JIT_WORKER", worker.to_str().unwrap())],
+    );
+    let child = run_loader(1, &images[..1], &env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while redis.keys("offload-jit:lock:*").is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "no lock taken");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    redis.stop();
+    let o = child.wait_with_output().unwrap();
+    let text = stderr(&o);
+    let r = loader_json(&o);
+    assert_eq!(r["compiles"], 1, "{r}");
+    assert_eq!(r["failures"], 0, "{r}");
+    assert_eq!(text.matches("JIT remote cache").count(), 1, "{text}");
+
+    // A read-only replica: its values are read (a plain GET); a miss there (the lock is a
+    // write) is one warning and a compile.
+    let port = |l: std::net::TcpListener| l.local_addr().unwrap().port();
+    let p1 = port(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let primary = Redis::start_tcp("primary", p1, &[]);
+    let first = load(1, &node_env("replica-0", &primary.url));
+    assert_eq!(first["compiles"], 4, "{first}");
+    let p2 = port(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let replica = Redis::start_tcp("replica", p2, &[&format!("replicaof 127.0.0.1 {p1}")]);
+    let synced = Instant::now();
+    while replica.keys("offload-jit:entry:*").len() < 4 {
+        assert!(
+            synced.elapsed() < Duration::from_secs(20),
+            "the replica did not sync"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = load(1, &node_env("replica-1", &replica.url));
+    assert_eq!(r["remote_hits"], 4, "{r}");
+    primary.cli(&["FLUSHALL"]);
+    while !replica.keys("offload-jit:entry:*").is_empty() {
+        assert!(
+            synced.elapsed() < Duration::from_secs(40),
+            "the replica did not sync"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (r, text) = load_output(1, &node_env("replica-2", &replica.url));
+    assert_eq!(r["compiles"], 4, "{r}");
+    assert_eq!(r["failures"], 0, "{r}");
+    assert!(
+        text.contains("read only replica"),
+        "names the error: {text}"
+    );
+    assert_eq!(text.matches("JIT remote cache").count(), 1, "{text}");
+}
