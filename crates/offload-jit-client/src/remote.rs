@@ -815,74 +815,73 @@ impl RemoteCache {
         *lock(&self.down_until) = None;
         self.op("ping", |c| redis::cmd("PING").query::<String>(c))
             .map(|s| (s, started.elapsed()))
-            .ok_or_else(|| "the server did not answer (see the warning above)".to_string())
+            .ok_or_else(|| NO_ANSWER.to_string())
+    }
+
+    /// Runs `each` on every batch of keys matching `<namespace>:<suffix>` (`SCAN`), the
+    /// back-off lifted first (an explicit command asks the server whatever happened before).
+    fn scan(
+        &self,
+        suffix: &str,
+        mut each: impl FnMut(&[String]) -> std::result::Result<(), String>,
+    ) -> std::result::Result<(), String> {
+        *lock(&self.down_until) = None;
+        let pattern = format!("{}:{suffix}", glob_escape(&self.config.namespace));
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = self
+                .op("scan", |c| {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(500)
+                        .query(c)
+                })
+                .ok_or(NO_ANSWER)?;
+            each(&keys)?;
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
     }
 
     /// Deletes every key of this cache's namespace (entries and locks), `SCAN`ning for them;
     /// how many.
     pub fn clear(&self) -> std::result::Result<u64, String> {
-        *lock(&self.down_until) = None;
-        let pattern = format!("{}:*", glob_escape(&self.config.namespace));
-        let mut cursor: u64 = 0;
         let mut deleted = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = self
-                .op("scan", |c| {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(500)
-                        .query(c)
-                })
-                .ok_or("the server did not answer (see the warning above)")?;
+        self.scan("*", |keys| {
             if !keys.is_empty() {
-                let n: u64 = self
-                    .op("delete", |c| redis::cmd("DEL").arg(&keys).query(c))
-                    .ok_or("the server did not answer (see the warning above)")?;
-                deleted += n;
+                deleted += self
+                    .op("delete", |c| redis::cmd("DEL").arg(keys).query::<u64>(c))
+                    .ok_or(NO_ANSWER)?;
             }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
-        }
+            Ok(())
+        })?;
+        Ok(deleted)
     }
 
-    /// The entries of this namespace on the server and their bytes (`SCAN` and `MEMORY
-    /// USAGE` would cost a call a key: `STRLEN` does), as `offload cache remote stats` shows.
+    /// The entries of this namespace on the server and their bytes (one `STRLEN` a key), as
+    /// `offload cache remote stats` shows.
     pub fn summary(&self) -> std::result::Result<(u64, u64), String> {
-        *lock(&self.down_until) = None;
-        let pattern = format!("{}:entry:*", glob_escape(&self.config.namespace));
-        let mut cursor: u64 = 0;
         let (mut entries, mut bytes) = (0u64, 0u64);
-        loop {
-            let (next, keys): (u64, Vec<String>) = self
-                .op("scan", |c| {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(500)
-                        .query(c)
-                })
-                .ok_or("the server did not answer (see the warning above)")?;
-            for k in &keys {
-                let n: u64 = self
-                    .op("size", |c| redis::cmd("STRLEN").arg(k).query(c))
-                    .ok_or("the server did not answer (see the warning above)")?;
+        self.scan("entry:*", |keys| {
+            for k in keys {
+                bytes += self
+                    .op("size", |c| redis::cmd("STRLEN").arg(k).query::<u64>(c))
+                    .ok_or(NO_ANSWER)?;
                 entries += 1;
-                bytes += n;
             }
-            if next == 0 {
-                return Ok((entries, bytes));
-            }
-            cursor = next;
-        }
+            Ok(())
+        })?;
+        Ok((entries, bytes))
     }
 }
+
+/// What an explicit command reports when the server did not answer (the warning says why).
+const NO_ANSWER: &str = "the server did not answer (see the warning above)";
 
 /// `s` with Redis glob characters escaped.
 fn glob_escape(s: &str) -> String {
