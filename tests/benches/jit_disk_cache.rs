@@ -61,28 +61,7 @@ fn main() {
     let out = scratch.join("image.out");
     let dump = scratch.join("dump");
     std::fs::create_dir_all(&dump).unwrap();
-    let host_args: Vec<String> = [
-        "run",
-        host.to_str().unwrap(),
-        "--kernel",
-        "saxpy",
-        "--grid",
-        "64",
-        "--block",
-        "256",
-        "--arg",
-        "i32:16384",
-        "--arg",
-        "f32:2",
-        "--arg",
-        "buf:f32:16384:iota",
-        "--arg",
-        "buf:f32:16384:fill=1",
-        "--json",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let host_args = saxpy_run_args(&host);
     let jit_args = |input: &Path, target: &str, cpu: &str| -> Vec<String> {
         [
             "jit",

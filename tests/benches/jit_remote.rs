@@ -73,27 +73,7 @@ fn main() {
     let host = host_bitcode("saxpy");
     let nvptx = nvptx_bitcode("saxpy", "sm_90");
     let out = scratch.join("image.out");
-    let host_args: Vec<String> = [
-        "run",
-        host.to_str().unwrap(),
-        "--kernel",
-        "saxpy",
-        "--grid",
-        "64",
-        "--block",
-        "256",
-        "--arg",
-        "i32:16384",
-        "--arg",
-        "f32:2",
-        "--arg",
-        "buf:f32:16384:iota",
-        "--arg",
-        "buf:f32:16384:fill=1",
-        "--json",
-    ]
-    .map(String::from)
-    .to_vec();
+    let host_args = saxpy_run_args(&host);
     let nvptx_args: Vec<String> = [
         "jit",
         nvptx.to_str().unwrap(),

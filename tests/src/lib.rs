@@ -314,6 +314,33 @@ pub fn which_run_args(image: &Path) -> Vec<String> {
     .collect()
 }
 
+/// `offload run IMAGE --json` of kernels/saxpy.c's bitcode over 16384 elements (grid 64,
+/// block 256): the JIT benches' fresh-process run.
+pub fn saxpy_run_args(image: &Path) -> Vec<String> {
+    [
+        "run",
+        image.to_str().unwrap(),
+        "--kernel",
+        "saxpy",
+        "--grid",
+        "64",
+        "--block",
+        "256",
+        "--arg",
+        "i32:16384",
+        "--arg",
+        "f32:2",
+        "--arg",
+        "buf:f32:16384:iota",
+        "--arg",
+        "buf:f32:16384:fill=1",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// Loads `image` on `device`, launches its `which` kernel (kernels/variant_*.c) over 64 work
 /// items writing into `out`, unloads it, and returns what the kernel wrote.
 pub fn run_which(device: &offload::Device, out: &offload::DeviceBuffer, image: &[u8]) -> Vec<u32> {
